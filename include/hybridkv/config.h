@@ -1,0 +1,116 @@
+// Manager configuration: the value structs an engine fills in to describe its cache.
+//
+// A ManagerConfig lists the model's cache layers (attention and SSM/recurrent), the buffers each
+// layer keeps per page, the memory tiers with their byte quotas, and the knobs of reuse and
+// sizing. Everything is a plain value with a default; `validate_config` reports every problem at
+// once, each naming the field and the value ("attention_layers[2] (layer 7): window 0 must be
+// > 0"). Nothing here allocates memory: the StoragePlan (plan.h) turns a config into pools.
+//
+// Thread-safety: value types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hybridkv/status.h"
+
+namespace hybridkv {
+
+using LayerId = int32_t;
+
+// Who may share a buffer's pages (DESIGN §2).
+enum class ReusePolicy : uint8_t {
+  kRequired = 0,  // published on commit; a prefix match counts only as far as it can be restored
+  kOptional = 1,  // published; does not shorten a match; chosen per request at the first resume
+  kPrivate = 2,   // request-local; never published, never matched
+};
+const char* reuse_policy_name(ReusePolicy policy);  // "REQUIRED", "OPTIONAL", "PRIVATE"
+std::optional<ReusePolicy> parse_reuse_policy(std::string_view text);
+
+// Element types, used to check page sizes and, later, to scan buffers for NaN/Inf.
+enum class DType : uint8_t { kF32, kF16, kBF16, kFP8E4M3, kFP8E5M2, kINT8, kUINT8 };
+const char* dtype_name(DType dtype);  // "fp32", "fp16", "bf16", "fp8_e4m3", ...
+uint32_t dtype_size(DType dtype);     // bytes per element
+std::optional<DType> parse_dtype(std::string_view text);  // accepts torch names too ("float32")
+
+// Memory tiers, warmest first.
+enum class TierKind : uint8_t { kGpu = 0, kHost = 1, kDisk = 2 };
+const char* tier_kind_name(TierKind kind);  // "GPU", "HOST", "DISK"
+
+struct BufferConfig {
+  std::string role;                          // "key", "value", "ssm_state", "conv_state", ...
+  uint64_t bytes_per_page = 0;               // one token block (attention) or one state (SSM); 0 = dropped
+  std::optional<ReusePolicy> reuse_policy;   // unset: inherit the layer's policy
+  std::optional<DType> dtype;                // optional; bytes_per_page must be a multiple of its size
+};
+
+struct AttentionLayerConfig {
+  LayerId id = 0;
+  std::optional<uint32_t> window;       // sliding window in tokens; unset = full attention
+  std::optional<uint32_t> sink_tokens;  // attention sinks kept forever; needs a window
+  ReusePolicy reuse_policy = ReusePolicy::kRequired;
+  std::vector<BufferConfig> buffers;
+};
+
+struct SsmLayerConfig {
+  LayerId id = 0;
+  ReusePolicy reuse_policy = ReusePolicy::kRequired;
+  std::vector<BufferConfig> buffers;
+};
+
+struct TierConfig {
+  TierKind kind = TierKind::kGpu;
+  uint64_t quota_bytes = 0;
+  std::string path;  // DISK only: the directory that holds the tier's files
+};
+
+// One request of a batch shape: `capacity` tokens of KV in use after the step, of which
+// `history` tokens were already computed before it (history <= capacity).
+struct RequestShape {
+  uint64_t capacity = 0;
+  uint64_t history = 0;
+};
+
+// A batch of requests that run in one step. `shared_prefix_tokens` is a system prompt that
+// every request of the batch shares (its full blocks are stored once).
+struct BatchShape {
+  std::vector<RequestShape> requests;
+  std::optional<uint64_t> shared_prefix_tokens;
+};
+
+struct ManagerConfig {
+  // --- model ---
+  uint32_t tokens_per_block = 32;  // tokens per attention page
+  std::vector<AttentionLayerConfig> attention_layers;
+  std::vector<SsmLayerConfig> ssm_layers;
+
+  // --- memory ---
+  std::vector<TierConfig> tiers;     // warmest first; the first must be GPU
+  double max_util_for_resume = 0.97;  // resume refused above this GPU pool utilization; (0, 1]
+  std::optional<uint32_t> max_live_kv_caches;  // bound on active + suspended caches
+
+  // --- reuse ---
+  bool enable_block_reuse = true;     // false: nothing is published; SSM pools at the live floor
+  bool commit_min_snapshot = false;   // commits publish partial tails and SSM state at their end
+  bool enable_partial_reuse = false;  // a match may end inside a block (the tail is copied)
+  uint32_t reuse_match_backoff = 0;   // tokens trimmed off every match
+
+  // --- pool sizing (first one set wins: pool_ratio, typical_step, constraints, default batch) ---
+  std::optional<std::vector<double>> pool_ratio;  // one byte share per pool group
+  std::optional<BatchShape> typical_step;         // the step the pools are shaped for
+  std::vector<BatchShape> constraints;            // batches that must always fit on the GPU
+};
+
+// The batch used to shape pools when no ratio, typical step or constraint is given:
+// 32 decoding requests of 2048 tokens each.
+BatchShape default_typical_step();
+
+// Every problem with `config`, one message each, naming the field and the value. Empty = valid.
+std::vector<std::string> config_errors(const ManagerConfig& config);
+// OK, or kInvalidArgument with every problem of config_errors joined by "; ".
+Status validate_config(const ManagerConfig& config);
+
+}  // namespace hybridkv

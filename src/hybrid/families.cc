@@ -1,0 +1,429 @@
+// Cache layers per model family. Formulas (elements per rank; TP splits heads and channels):
+//   GQA attention, per token:  2 * kv_heads * head_dim   (kv_heads < tp: replicated, 1 per rank)
+//   MLA attention, per token:  kv_lora_rank + qk_rope_head_dim   (one latent head, never split)
+//   Mamba1: conv d_inner * (K - 1);                      ssm d_inner * d_state
+//   Mamba2: conv (d_inner + 2 * n_groups * d_state) * (K - 1);  ssm n_heads * head_dim * d_state
+//           with d_inner = n_heads * head_dim; n_groups not divisible by tp is replicated
+//           (vLLM extra_groups_for_head_shards): one group per rank
+//   GDN:    conv (2 * Hk * Dk + Hv * Dv) * (K - 1);      ssm Hv * Dv * Dk
+//   KDA:    conv (H * D + 2 * Hk * Dk) * (K - 1), Hk = H, Dk = D;  ssm H * D * D
+// Sources: ../shared/models/README.md (vLLM MambaStateShapeCalculator, SGLang mamba_utils).
+#include "hybrid/families.h"
+
+#include <algorithm>
+#include <set>
+
+namespace hybridkv::model_detail {
+namespace {
+
+using nlohmann::json;
+
+std::string show(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+// Splits `count` (heads, channels) across tp ranks.
+uint64_t split(const Fields& f, const char* what, uint64_t count, uint32_t tp) {
+  if (count % tp != 0) {
+    f.fail(what, std::to_string(count) + " is not divisible by tp " + std::to_string(tp));
+  }
+  return count / tp;
+}
+
+// KV heads: split, or replicated when there are fewer heads than ranks.
+uint64_t kv_heads_per_rank(const Fields& f, const char* what, uint64_t heads, uint32_t tp) {
+  if (heads >= tp) return split(f, what, heads, tp);
+  if (tp % heads != 0) {
+    f.fail(what, std::to_string(heads) + " heads cannot be replicated evenly over tp " +
+                     std::to_string(tp));
+  }
+  return 1;
+}
+
+class Builder {
+ public:
+  Builder(const Fields& f, const ModelOptions& o, ModelDescription& out) : f_(f), o_(o), out_(out) {}
+
+  void gqa(uint32_t model_layer, const char* heads_key, uint64_t kv_heads, uint64_t head_dim,
+           std::optional<uint32_t> window) {
+    ModelLayer l = next(model_layer, MixerKind::kAttention);
+    l.kv_heads = kv_heads_per_rank(f_, heads_key, kv_heads, o_.tp_size);
+    l.head_dim = head_dim;
+    l.kv_elements_per_token = 2 * l.kv_heads * head_dim;
+    l.window = window;
+    out_.layers.push_back(l);
+  }
+
+  void mla(uint32_t model_layer, uint64_t latent) {
+    ModelLayer l = next(model_layer, MixerKind::kMla);
+    l.kv_heads = 1;
+    l.head_dim = latent;
+    l.kv_elements_per_token = latent;
+    out_.layers.push_back(l);
+  }
+
+  void mamba2(uint32_t model_layer, const char* heads_key, uint64_t n_heads, uint64_t head_dim,
+              uint64_t d_state, const char* groups_key, uint64_t n_groups, uint64_t conv_kernel,
+              uint64_t d_inner) {
+    const uint32_t tp = o_.tp_size;
+    ModelLayer l = next(model_layer, MixerKind::kMamba2);
+    RecurrentShape& s = l.shape;
+    s.num_heads = split(f_, heads_key, n_heads, tp);
+    s.head_dim = head_dim;
+    s.state_size = d_state;
+    if (n_groups % tp == 0) {
+      s.n_groups = n_groups / tp;
+    } else if (tp % n_groups == 0) {
+      s.n_groups = 1;  // replicated so that every rank has the groups its heads use
+    } else {
+      f_.fail(groups_key, std::to_string(n_groups) + " groups cannot be split or replicated " +
+                              "evenly over tp " + std::to_string(tp));
+    }
+    s.d_inner = split(f_, "d_inner", d_inner, tp);
+    s.conv_dim = s.d_inner + 2 * s.n_groups * d_state;
+    s.conv_kernel = conv_kernel;
+    l.conv_elements = s.conv_dim * (conv_kernel - 1);
+    l.ssm_elements = s.num_heads * head_dim * d_state;
+    out_.layers.push_back(l);
+  }
+
+  void mamba1(uint32_t model_layer, uint64_t d_inner, uint64_t d_state, uint64_t conv_kernel) {
+    ModelLayer l = next(model_layer, MixerKind::kMamba1);
+    RecurrentShape& s = l.shape;
+    s.d_inner = split(f_, "mamba_expand * hidden_size", d_inner, o_.tp_size);
+    s.state_size = d_state;
+    s.conv_dim = s.d_inner;
+    s.conv_kernel = conv_kernel;
+    l.conv_elements = s.d_inner * (conv_kernel - 1);
+    l.ssm_elements = s.d_inner * d_state;
+    out_.layers.push_back(l);
+  }
+
+  void gdn(uint32_t model_layer, uint64_t hk, uint64_t hv, uint64_t dk, uint64_t dv,
+           uint64_t conv_kernel) {
+    ModelLayer l = next(model_layer, MixerKind::kGdn);
+    RecurrentShape& s = l.shape;
+    const uint64_t hk_rank = split(f_, "linear_num_key_heads", hk, o_.tp_size);
+    s.num_heads = split(f_, "linear_num_value_heads", hv, o_.tp_size);
+    s.head_dim = dv;
+    s.state_size = dk;
+    s.n_groups = hk_rank;
+    s.d_inner = s.num_heads * dv;
+    s.conv_dim = 2 * hk_rank * dk + s.num_heads * dv;
+    s.conv_kernel = conv_kernel;
+    l.conv_elements = s.conv_dim * (conv_kernel - 1);
+    l.ssm_elements = s.num_heads * dv * dk;
+    out_.layers.push_back(l);
+  }
+
+  void kda(uint32_t model_layer, uint64_t heads, uint64_t head_dim, uint64_t conv_kernel) {
+    ModelLayer l = next(model_layer, MixerKind::kKda);
+    RecurrentShape& s = l.shape;
+    s.num_heads = split(f_, "linear_attn_config.num_heads", heads, o_.tp_size);
+    s.head_dim = head_dim;
+    s.state_size = head_dim;
+    s.n_groups = s.num_heads;
+    s.d_inner = s.num_heads * head_dim;
+    s.conv_dim = 3 * s.num_heads * head_dim;  // H*D (v) + 2*Hk*Dk (q, k) with Hk = H, Dk = D
+    s.conv_kernel = conv_kernel;
+    l.conv_elements = s.conv_dim * (conv_kernel - 1);
+    l.ssm_elements = s.num_heads * head_dim * head_dim;
+    out_.layers.push_back(l);
+  }
+
+ private:
+  ModelLayer next(uint32_t model_layer, MixerKind mixer) {
+    ModelLayer l;
+    l.cache_layer = static_cast<LayerId>(out_.layers.size());
+    l.model_layer = model_layer;
+    l.mixer = mixer;
+    return l;
+  }
+
+  const Fields& f_;
+  const ModelOptions& o_;
+  ModelDescription& out_;
+};
+
+std::optional<uint32_t> window_of(const Fields& f) {
+  std::optional<uint64_t> w = f.optional_positive("sliding_window");
+  if (w && *w > UINT32_MAX) f.fail("sliding_window", std::to_string(*w) + " is too large");
+  return w ? std::optional<uint32_t>(static_cast<uint32_t>(*w)) : std::nullopt;
+}
+
+uint64_t conv_kernel(const Fields& f, const char* key) {
+  const uint64_t k = f.positive(key);
+  if (k < 2) f.fail(key, std::to_string(k) + " must be >= 2 (the conv state keeps K - 1 columns)");
+  return k;
+}
+
+// A list of layer types, each checked against `allowed`.
+std::vector<std::string> layer_types(const Fields& f, const char* key,
+                                     const std::set<std::string>& allowed) {
+  std::vector<std::string> out;
+  const json& list = f.array(key);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string() || !allowed.count(list[i].get<std::string>())) {
+      std::string names;
+      for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
+      f.fail(std::string(key) + "[" + std::to_string(i) + "]",
+             show(list[i]) + " is not one of " + names);
+    }
+    out.push_back(list[i].get<std::string>());
+  }
+  if (out.empty()) f.fail(key, "is empty");
+  return out;
+}
+
+void check_layer_count(const Fields& f, size_t listed) {
+  if (f.has("num_hidden_layers") && f.positive("num_hidden_layers") != listed) {
+    f.fail("num_hidden_layers", std::to_string(f.positive("num_hidden_layers")) +
+                                    " does not match the " + std::to_string(listed) +
+                                    " layers listed");
+  }
+}
+
+void read_nemotron_h(const Fields& f, const ModelOptions& o, ModelDescription& out, Builder& b) {
+  const std::string pattern = f.string("hybrid_override_pattern");
+  if (pattern.empty()) f.fail("hybrid_override_pattern", "is empty");
+  check_layer_count(f, pattern.size());
+  const char* head_key = f.has("head_dim") ? "head_dim" : "attention_head_dim";
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '*') {
+      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
+            f.positive(head_key), window_of(f));
+    } else if (c == 'M') {
+      const uint64_t heads = f.positive("mamba_num_heads"), dim = f.positive("mamba_head_dim");
+      // vLLM: intermediate_size = mamba_num_heads * mamba_head_dim (not expand * hidden_size).
+      b.mamba2(static_cast<uint32_t>(i), "mamba_num_heads", heads, dim,
+               f.positive("ssm_state_size"), "n_groups", f.positive("n_groups"),
+               conv_kernel(f, "conv_kernel"), heads * dim);
+    } else if (c != '-' && c != 'E') {
+      f.fail("hybrid_override_pattern", "character '" + std::string(1, c) + "' at " +
+                                            std::to_string(i) + " is not one of M * - E");
+    }
+  }
+  out.num_model_layers = static_cast<uint32_t>(pattern.size());
+  out.family = "Mamba2";
+  (void)o;
+}
+
+void read_qwen3_next(const Fields& f, ModelDescription& out, Builder& b) {
+  const uint64_t n = f.positive("num_hidden_layers");
+  std::vector<std::string> types;
+  if (f.has("layer_types")) {
+    types = layer_types(f, "layer_types", {"full_attention", "linear_attention"});
+    check_layer_count(f, types.size());
+  } else {
+    // transformers: full attention where (i + 1) % full_attention_interval == 0.
+    const uint64_t interval = f.positive("full_attention_interval");
+    for (uint64_t i = 0; i < n; ++i) {
+      types.push_back((i + 1) % interval == 0 ? "full_attention" : "linear_attention");
+    }
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == "full_attention") {
+      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
+            f.positive("head_dim"), std::nullopt);
+    } else {
+      b.gdn(static_cast<uint32_t>(i), f.positive("linear_num_key_heads"),
+            f.positive("linear_num_value_heads"), f.positive("linear_key_head_dim"),
+            f.positive("linear_value_head_dim"), conv_kernel(f, "linear_conv_kernel_dim"));
+    }
+  }
+  out.num_model_layers = static_cast<uint32_t>(types.size());
+  out.family = "GDN";
+}
+
+void read_jamba(const Fields& f, ModelDescription& out, Builder& b) {
+  const uint64_t n = f.positive("num_hidden_layers");
+  const uint64_t period = f.positive("attn_layer_period");
+  const uint64_t offset = f.non_negative("attn_layer_offset");
+  if (offset >= period) {
+    f.fail("attn_layer_offset", std::to_string(offset) + " must be < attn_layer_period " +
+                                    std::to_string(period));
+  }
+  const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
+  if (hidden % heads != 0) {
+    f.fail("hidden_size", std::to_string(hidden) + " is not divisible by num_attention_heads " +
+                              std::to_string(heads));
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    if (i % period == offset) {
+      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
+            hidden / heads, window_of(f));
+    } else {
+      b.mamba1(static_cast<uint32_t>(i), f.positive("mamba_expand") * hidden,
+               f.positive("mamba_d_state"), conv_kernel(f, "mamba_d_conv"));
+    }
+  }
+  out.num_model_layers = static_cast<uint32_t>(n);
+  out.family = "Mamba1";
+}
+
+void read_falcon_h1(const Fields& f, ModelDescription& out, Builder& b) {
+  const uint64_t n = f.positive("num_hidden_layers");
+  std::set<uint64_t> attention;
+  const bool all = !f.has("attn_layer_indices");
+  if (!all) {
+    const json& list = f.array("attn_layer_indices");
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
+        f.fail("attn_layer_indices[" + std::to_string(i) + "]",
+               show(list[i]) + " is not a layer index below num_hidden_layers " +
+                   std::to_string(n));
+      }
+      attention.insert(list[i].get<uint64_t>());
+    }
+  }
+  const uint64_t d_ssm = f.has("mamba_d_ssm")
+                             ? f.positive("mamba_d_ssm")
+                             : f.positive("mamba_expand") * f.positive("hidden_size");
+  for (uint64_t i = 0; i < n; ++i) {
+    // Parallel hybrid: attention and Mamba2 side by side become two cache layers.
+    if (all || attention.count(i)) {
+      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
+            f.positive("head_dim"), std::nullopt);
+    }
+    b.mamba2(static_cast<uint32_t>(i), "mamba_n_heads", f.positive("mamba_n_heads"),
+             f.positive("mamba_d_head"), f.positive("mamba_d_state"), "mamba_n_groups",
+             f.positive("mamba_n_groups"), conv_kernel(f, "mamba_d_conv"), d_ssm);
+  }
+  out.num_model_layers = static_cast<uint32_t>(n);
+  out.family = "Mamba2 (parallel)";
+}
+
+void read_granite(const Fields& f, ModelDescription& out, Builder& b) {
+  const std::vector<std::string> types = layer_types(f, "layer_types", {"attention", "mamba"});
+  check_layer_count(f, types.size());
+  const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
+  const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == "attention") {
+      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
+            head_dim, std::nullopt);
+    } else {
+      const uint64_t mh = f.positive("mamba_n_heads"), md = f.positive("mamba_d_head");
+      b.mamba2(static_cast<uint32_t>(i), "mamba_n_heads", mh, md, f.positive("mamba_d_state"),
+               "mamba_n_groups", f.positive("mamba_n_groups"), conv_kernel(f, "mamba_d_conv"),
+               mh * md);
+    }
+  }
+  out.num_model_layers = static_cast<uint32_t>(types.size());
+  out.family = "Mamba2";
+}
+
+void read_kimi_linear(const Fields& f, ModelDescription& out, Builder& b) {
+  const uint64_t n = f.positive("num_hidden_layers");
+  const Fields lac = f.object("linear_attn_config");
+  std::set<uint64_t> full;
+  const json& list = lac.array("full_attn_layers");
+  for (size_t i = 0; i < list.size(); ++i) {
+    // Published 1-based.
+    if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() < 1 ||
+        list[i].get<uint64_t>() > n) {
+      lac.fail("full_attn_layers[" + std::to_string(i) + "]",
+               show(list[i]) + " is not a 1-based layer number in [1, " + std::to_string(n) + "]");
+    }
+    full.insert(list[i].get<uint64_t>() - 1);
+  }
+  const uint64_t latent = f.positive("kv_lora_rank") + f.positive("qk_rope_head_dim");
+  for (uint64_t i = 0; i < n; ++i) {
+    if (full.count(i)) {
+      b.mla(static_cast<uint32_t>(i), latent);  // one replicated latent head, never split by TP
+    } else {
+      b.kda(static_cast<uint32_t>(i), lac.positive("num_heads"), lac.positive("head_dim"),
+            conv_kernel(lac, "short_conv_kernel_size"));
+    }
+  }
+  out.num_model_layers = static_cast<uint32_t>(n);
+  out.family = "KDA + MLA";
+}
+
+void read_zamba2(const Fields& f, ModelDescription& out, Builder& b) {
+  const std::vector<std::string> types =
+      layer_types(f, "layers_block_type", {"hybrid", "mamba"});
+  check_layer_count(f, types.size());
+  const uint64_t d_inner = f.positive("mamba_expand") * f.positive("hidden_size");
+  for (size_t i = 0; i < types.size(); ++i) {
+    // Hybrid layers run a shared transformer block but keep their own KV cache.
+    if (types[i] == "hybrid") {
+      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
+            f.positive("attention_head_dim"), std::nullopt);
+    }
+    b.mamba2(static_cast<uint32_t>(i), "n_mamba_heads", f.positive("n_mamba_heads"),
+             f.positive("mamba_headdim"), f.positive("mamba_d_state"), "mamba_ngroups",
+             f.positive("mamba_ngroups"), conv_kernel(f, "mamba_d_conv"), d_inner);
+  }
+  out.num_model_layers = static_cast<uint32_t>(types.size());
+  out.family = "Mamba2 + shared attention";
+}
+
+void read_mamba2(const Fields& f, ModelDescription& out, Builder& b) {
+  const uint64_t n = f.positive("num_hidden_layers");
+  const uint64_t heads = f.positive("num_heads"), dim = f.positive("head_dim");
+  for (uint64_t i = 0; i < n; ++i) {
+    b.mamba2(static_cast<uint32_t>(i), "num_heads", heads, dim, f.positive("state_size"),
+             "n_groups", f.positive("n_groups"), conv_kernel(f, "conv_kernel"), heads * dim);
+  }
+  out.num_model_layers = static_cast<uint32_t>(n);
+  out.family = "Mamba2";
+}
+
+void read_dense(const Fields& f, const std::string& model_type, ModelDescription& out,
+                Builder& b) {
+  const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
+  const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
+  const uint64_t kv = f.has("num_key_value_heads") ? f.positive("num_key_value_heads") : heads;
+  const char* kv_key = f.has("num_key_value_heads") ? "num_key_value_heads" : "num_attention_heads";
+  std::vector<std::string> types;
+  if (f.has("layer_types")) {
+    types = layer_types(f, "layer_types", {"full_attention", "sliding_attention"});
+    check_layer_count(f, types.size());
+  } else {
+    const uint64_t n = f.positive("num_hidden_layers");
+    const bool sliding = (model_type == "mistral" || f.has("use_sliding_window")) &&
+                         f.has("sliding_window");
+    types.assign(n, sliding ? "sliding_attention" : "full_attention");
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    std::optional<uint32_t> window;
+    if (types[i] == "sliding_attention") {
+      window = window_of(f);
+      if (!window) f.fail("sliding_window", "must be set for sliding_attention layers");
+    }
+    b.gqa(static_cast<uint32_t>(i), kv_key, kv, head_dim, window);
+  }
+  out.num_model_layers = static_cast<uint32_t>(types.size());
+  out.family = "attention";
+}
+
+}  // namespace
+
+const char* known_model_types() {
+  return "nemotron_h, qwen3_next, jamba, falcon_h1, granitemoehybrid, kimi_linear, zamba2, "
+         "mamba2, mistral, llama, qwen2, qwen3, gemma3_text";
+}
+
+void read_family(const Fields& f, const std::string& model_type, const ModelOptions& options,
+                 ModelDescription& out) {
+  Builder b(f, options, out);
+  if (model_type == "nemotron_h") return read_nemotron_h(f, options, out, b);
+  if (model_type == "qwen3_next") return read_qwen3_next(f, out, b);
+  if (model_type == "jamba") return read_jamba(f, out, b);
+  if (model_type == "falcon_h1") return read_falcon_h1(f, out, b);
+  if (model_type == "granitemoehybrid") return read_granite(f, out, b);
+  if (model_type == "kimi_linear") return read_kimi_linear(f, out, b);
+  if (model_type == "zamba2") return read_zamba2(f, out, b);
+  if (model_type == "mamba2") return read_mamba2(f, out, b);
+  if (model_type == "mistral" || model_type == "llama" || model_type == "qwen2" ||
+      model_type == "qwen3" || model_type == "gemma3_text") {
+    return read_dense(f, model_type, out, b);
+  }
+  f.fail("model_type", "'" + model_type + "' is unknown (known: " + known_model_types() + ")");
+}
+
+}  // namespace hybridkv::model_detail

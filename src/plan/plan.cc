@@ -1,0 +1,164 @@
+#include "hybridkv/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "plan/plan_internal.h"
+#include "util/units.h"
+
+namespace hybridkv {
+
+using plan_detail::Structure;
+
+Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
+  Result<Structure> structure = plan_detail::build_structure(config);
+  if (!structure) return structure.status();
+  StoragePlan plan;
+  plan.config_ = config;
+  plan.groups_ = std::move(structure->groups);
+  plan.buffers_ = std::move(structure->buffers);
+  plan.pool_groups_ = std::move(structure->pool_groups);
+  const Structure view{plan.groups_, plan.buffers_, plan.pool_groups_};
+
+  for (const TierConfig& t : config.tiers) {
+    TierPlan tier;
+    tier.kind = t.kind;
+    tier.requested_quota = t.quota_bytes;
+    tier.quota = plan_detail::round_to_grain(t.kind, t.quota_bytes);
+    if (t.kind == TierKind::kGpu) {
+      const uint64_t minimum = plan_detail::minimum_gpu_bytes(view);
+      if (tier.quota < minimum) {
+        tier.quota = plan_detail::round_to_grain(TierKind::kGpu, minimum);
+        tier.quota_raised = true;
+        plan.notes_.push_back("GPU quota raised from " + format_bytes(t.quota_bytes) + " to " +
+                              format_bytes(tier.quota) + ": the pool-group floors need " +
+                              format_bytes(minimum));
+      }
+    }
+    tier.grain = tier_grain(t.kind, tier.quota);
+    plan_detail::TierSplit split = plan_detail::split_tier(config, view, t.kind, tier.quota);
+    tier.slots = std::move(split.slots);
+    for (std::string& note : split.notes) plan.notes_.push_back(std::move(note));
+    for (const PoolGroup& pg : plan.pool_groups_) {
+      tier.bytes_used += tier.slots[pg.id.value] * pg.slot_bytes;
+    }
+    plan.tiers_.push_back(std::move(tier));
+  }
+  return plan;
+}
+
+Result<const PlannedBuffer*> StoragePlan::find_buffer(LayerId layer, std::string_view role) const {
+  for (const PlannedBuffer& b : buffers_) {
+    if (b.layer == layer && b.role == role) return &b;
+  }
+  return Status::not_found("buffer (layer " + std::to_string(layer) + ", role '" +
+                           std::string(role) + "') is not in the plan (unknown, or zero-size)");
+}
+
+Result<CacheGroupId> StoragePlan::buffer_group_id(LayerId layer, std::string_view role) const {
+  Result<const PlannedBuffer*> b = find_buffer(layer, role);
+  if (!b) return b.status();
+  return (*b)->group;
+}
+
+std::vector<std::vector<BufferKey>> StoragePlan::buffer_grouping() const {
+  std::vector<std::vector<BufferKey>> out(groups_.size());
+  for (const CacheGroup& g : groups_) {
+    for (uint32_t b : g.buffers) out[g.id.value].push_back({buffers_[b].layer, buffers_[b].role});
+  }
+  return out;
+}
+
+Result<CacheGroupId> StoragePlan::layer_group_id(LayerId layer) const {
+  std::vector<CacheGroupId> found;
+  for (const PlannedBuffer& b : buffers_) {
+    if (b.layer == layer && std::find(found.begin(), found.end(), b.group) == found.end()) {
+      found.push_back(b.group);
+    }
+  }
+  if (found.empty()) {
+    return Status::not_found("layer " + std::to_string(layer) +
+                             " is not in the plan (unknown, or all its buffers are zero-size)");
+  }
+  if (found.size() > 1) {
+    std::string groups;
+    for (CacheGroupId g : found) groups += (groups.empty() ? "" : ", ") + std::to_string(g.value);
+    return Status::invalid("layer " + std::to_string(layer) + " is split across cache groups " +
+                           groups + "; use buffer_group_id(layer, role)");
+  }
+  return found.front();
+}
+
+std::vector<std::vector<LayerId>> StoragePlan::layer_grouping() const {
+  std::vector<std::vector<LayerId>> out(groups_.size());
+  for (const CacheGroup& g : groups_) out[g.id.value] = g.layers;
+  return out;
+}
+
+Result<BufferAddress> StoragePlan::buffer_address(LayerId layer, std::string_view role,
+                                                  IndexMode mode) const {
+  Result<const PlannedBuffer*> found = find_buffer(layer, role);
+  if (!found) return found.status();
+  const PlannedBuffer& b = **found;
+  const Pool& pool = pool_groups_[b.pool_group.value].pools[b.pool];
+  BufferAddress a;
+  a.pool_group = b.pool_group;
+  a.pool = b.pool;
+  a.stride = b.size;
+  a.scale = static_cast<int64_t>(pool.slot_bytes / b.size);
+  if (mode == IndexMode::kShared) {
+    a.base_offset = b.offset;
+    a.index_offset = 0;
+  } else {
+    a.base_offset = 0;
+    a.index_offset = static_cast<int64_t>(b.offset / b.size);
+  }
+  return a;
+}
+
+Status StoragePlan::convert_page_indices(LayerId layer, std::string_view role, IndexMode mode,
+                                         std::span<const int32_t> slots,
+                                         std::span<int32_t> out) const {
+  if (out.size() != slots.size()) {
+    return Status::invalid("convert_page_indices: out has " + std::to_string(out.size()) +
+                           " entries for " + std::to_string(slots.size()) + " slots");
+  }
+  Result<BufferAddress> a = buffer_address(layer, role, mode);
+  if (!a) return a.status();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] < 0 && slots[i] != kBadPageIndex) {
+      return Status::invalid("convert_page_indices: slot " + std::to_string(slots[i]) +
+                             " at position " + std::to_string(i) + " is negative");
+    }
+    const int64_t index = a->page_index(slots[i]);
+    if (index > INT32_MAX) {
+      return Status::invalid("convert_page_indices: page index " + std::to_string(index) +
+                             " of slot " + std::to_string(slots[i]) + " does not fit in int32");
+    }
+    out[i] = static_cast<int32_t>(index);
+  }
+  return Status::ok();
+}
+
+Result<int64_t> StoragePlan::page_index_upper_bound(LayerId layer, std::string_view role,
+                                                    TierKind kind) const {
+  Result<BufferAddress> a = buffer_address(layer, role, IndexMode::kShared);
+  if (!a) return a.status();
+  return static_cast<int64_t>(slots(kind, a->pool_group)) * a->scale;
+}
+
+const TierPlan* StoragePlan::tier(TierKind kind) const {
+  for (const TierPlan& t : tiers_) {
+    if (t.kind == kind) return &t;
+  }
+  return nullptr;
+}
+
+uint64_t StoragePlan::slots(TierKind kind, PoolGroupId pool_group) const {
+  const TierPlan* t = tier(kind);
+  if (t == nullptr || pool_group.value >= t->slots.size()) return 0;
+  return t->slots[pool_group.value];
+}
+
+}  // namespace hybridkv

@@ -1,0 +1,22 @@
+#include "hybridkv/status.h"
+
+namespace hybridkv {
+
+const char* status_code_name(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kOutOfPages: return "out of pages";
+    case StatusCode::kFailedPrecondition: return "failed precondition";
+    case StatusCode::kIoError: return "io error";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  if (is_ok()) return "ok";
+  return std::string(status_code_name(code_)) + ": " + message_;
+}
+
+}  // namespace hybridkv

@@ -1,0 +1,118 @@
+#include "plan_command.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "hybridkv/model.h"
+#include "hybridkv/plan.h"
+#include "plan_report.h"
+#include "util/units.h"
+
+namespace hybridkv::tools {
+namespace {
+
+int fail(const std::string& message) {
+  std::string line = message;
+  for (char& c : line) {
+    if (c == '\n') c = ' ';
+  }
+  std::fprintf(stderr, "hybridkv plan: %s\n", line.c_str());
+  return 2;
+}
+
+bool parse_quota(const std::string& flag, const std::string& text, uint64_t* out,
+                 std::string* error) {
+  const std::optional<uint64_t> v = parse_bytes(text);
+  if (!v) {
+    *error = flag + ": cannot parse '" + text +
+             "' (expected a number with an optional unit: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)";
+    return false;
+  }
+  *out = *v;
+  return true;
+}
+
+bool parse_dtype_flag(const std::string& flag, const std::string& text, DType* out,
+                      std::string* error) {
+  const std::optional<DType> d = parse_dtype(text);
+  if (!d) {
+    *error = flag + ": unknown dtype '" + text + "' (fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8)";
+    return false;
+  }
+  *out = *d;
+  return true;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, PlanOptions& o) {
+  CLI::App* plan = app.add_subcommand("plan", "Print the storage plan of a model");
+  plan->add_option("--model", o.model, "HuggingFace config.json of the model")->required();
+  plan->add_option("--tp", o.tp, "tensor-parallel size (numbers are per rank)");
+  plan->add_option("--gpu-quota", o.gpu_quota, "GPU cache quota, e.g. 16GiB");
+  plan->add_option("--host-quota", o.host_quota, "pinned host tier quota (none by default)");
+  plan->add_option("--disk-quota", o.disk_quota, "disk tier quota (needs --disk-path)");
+  plan->add_option("--disk-path", o.disk_path, "directory of the disk tier");
+  plan->add_option("--max-batch", o.max_batch, "requests per step (the typical step's size)");
+  plan->add_option("--typical-len", o.typical_len, "tokens per request of the typical step");
+  plan->add_option("--max-live", o.max_live, "max_live_kv_caches (fixed PRIVATE pool)");
+  plan->add_option("--tokens-per-block", o.tokens_per_block, "tokens per attention page");
+  plan->add_option("--max-util", o.max_util, "max_util_for_resume");
+  plan->add_flag("--no-block-reuse", o.no_block_reuse, "disable prefix reuse");
+  plan->add_option("--kv-dtype", o.kv_dtype, "KV cache dtype");
+  plan->add_option("--conv-dtype", o.conv_dtype, "conv state dtype");
+  plan->add_option("--ssm-dtype", o.ssm_dtype, "SSM state dtype (default: the config's, else fp32)");
+  plan->add_flag("--json", o.json, "print JSON");
+}
+
+int run_plan_command(const PlanOptions& o) {
+  std::string error;
+  ModelOptions mo;
+  mo.tp_size = o.tp;
+  if (o.tp == 0) return fail("--tp: 0 must be > 0");
+  if (!parse_dtype_flag("--kv-dtype", o.kv_dtype, &mo.kv_dtype, &error)) return fail(error);
+  if (!parse_dtype_flag("--conv-dtype", o.conv_dtype, &mo.conv_dtype, &error)) return fail(error);
+  if (!o.ssm_dtype.empty()) {
+    DType d;
+    if (!parse_dtype_flag("--ssm-dtype", o.ssm_dtype, &d, &error)) return fail(error);
+    mo.ssm_dtype = d;
+  }
+  ManagerConfig config;
+  config.tokens_per_block = o.tokens_per_block;
+  config.max_util_for_resume = o.max_util;
+  config.enable_block_reuse = !o.no_block_reuse;
+  if (o.max_live) config.max_live_kv_caches = o.max_live;
+  uint64_t quota = 0;
+  if (!parse_quota("--gpu-quota", o.gpu_quota, &quota, &error)) return fail(error);
+  config.tiers.push_back({TierKind::kGpu, quota, ""});
+  if (!o.host_quota.empty()) {
+    if (!parse_quota("--host-quota", o.host_quota, &quota, &error)) return fail(error);
+    config.tiers.push_back({TierKind::kHost, quota, ""});
+  }
+  if (!o.disk_quota.empty()) {
+    if (!parse_quota("--disk-quota", o.disk_quota, &quota, &error)) return fail(error);
+    if (o.disk_path.empty()) return fail("--disk-quota needs --disk-path");
+    config.tiers.push_back({TierKind::kDisk, quota, o.disk_path});
+  }
+  if (o.max_batch) {
+    if (o.typical_len == 0) return fail("--typical-len: 0 must be > 0");
+    BatchShape step;
+    step.requests.assign(o.max_batch, RequestShape{o.typical_len, o.typical_len - 1});
+    config.typical_step = step;
+  }
+
+  Result<ModelDescription> model = read_model_config(o.model, mo);
+  if (!model) return fail(model.status().message());
+  config.attention_layers = model->attention_layer_configs(config.tokens_per_block);
+  config.ssm_layers = model->ssm_layer_configs();
+  Result<StoragePlan> plan = StoragePlan::build(config);
+  if (!plan) return fail(plan.status().message());
+  if (o.json) {
+    std::cout << plan_to_json(*model, *plan).dump(2) << "\n";
+  } else {
+    std::cout << plan_to_text(*model, *plan);
+  }
+  return 0;
+}
+
+}  // namespace hybridkv::tools

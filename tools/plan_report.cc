@@ -1,0 +1,191 @@
+#include "plan_report.h"
+
+#include <sstream>
+
+#include "util/units.h"
+
+namespace hybridkv::tools {
+namespace {
+
+using nlohmann::json;
+
+std::string group_label(const CacheGroup& g) {
+  std::string s = g.kind == GroupKind::kSsm ? "SSM" : (g.window ? "window " + std::to_string(*g.window) : "full attention");
+  if (g.sink_blocks) s += " + " + std::to_string(g.sink_blocks) + " sink blocks";
+  return s + " " + reuse_policy_name(g.policy);
+}
+
+std::string floor_text(const PoolGroup& pg) {
+  std::string s;
+  for (const FloorReason& r : pg.floor_reasons) {
+    if (!s.empty()) s += ", ";
+    s += r.what + ": " + std::to_string(r.slots);
+  }
+  return s;
+}
+
+std::string with_commas(uint64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
+  const ManagerConfig& c = plan.config();
+  json j;
+  j["model"] = {
+      {"source", model.source},
+      {"model_type", model.model_type},
+      {"family", model.family},
+      {"model_layers", model.num_model_layers},
+      {"attention_layers", model.num_attention_layers()},
+      {"recurrent_layers", model.num_recurrent_layers()},
+      {"tp", model.tp_size},
+      {"kv_dtype", dtype_name(model.kv_dtype)},
+      {"ssm_dtype", dtype_name(model.ssm_dtype)},
+      {"conv_dtype", dtype_name(model.conv_dtype)},
+      {"kv_bytes_per_token", model.kv_bytes_per_token()},
+      {"full_kv_bytes_per_token", model.full_kv_bytes_per_token()},
+      {"sliding_kv_bytes_per_token", model.sliding_kv_bytes_per_token()},
+      {"state_bytes_per_sequence", model.state_bytes_per_sequence()},
+      {"ssm_bytes_per_sequence", model.ssm_bytes_per_sequence()},
+      {"conv_bytes_per_sequence", model.conv_bytes_per_sequence()},
+  };
+  j["config"] = {{"tokens_per_block", c.tokens_per_block},
+                 {"max_util_for_resume", c.max_util_for_resume},
+                 {"enable_block_reuse", c.enable_block_reuse},
+                 {"max_live_kv_caches", c.max_live_kv_caches ? json(*c.max_live_kv_caches) : json()}};
+  json groups = json::array();
+  for (const CacheGroup& g : plan.cache_groups()) {
+    json buffers = json::array();
+    for (uint32_t b : g.buffers) {
+      const PlannedBuffer& pb = plan.buffers()[b];
+      buffers.push_back({{"layer", pb.layer}, {"role", pb.role}, {"pool", pb.pool},
+                         {"offset", pb.offset}, {"size", pb.size},
+                         {"dtype", pb.dtype ? json(dtype_name(*pb.dtype)) : json()}});
+    }
+    groups.push_back({{"id", g.id.value},
+                      {"kind", g.kind == GroupKind::kSsm ? "ssm" : "attention"},
+                      {"policy", reuse_policy_name(g.policy)},
+                      {"window", g.window ? json(*g.window) : json()},
+                      {"sink_blocks", g.sink_blocks},
+                      {"layers", g.layers},
+                      {"pool_group", g.pool_group.value},
+                      {"slot_sizes", g.slot_sizes},
+                      {"one_request_slots", g.one_request_slots},
+                      {"buffers", buffers}});
+  }
+  j["cache_groups"] = groups;
+  json pools = json::array();
+  for (const PoolGroup& pg : plan.pool_groups()) {
+    json reasons = json::array();
+    for (const FloorReason& r : pg.floor_reasons) reasons.push_back({{"why", r.what}, {"slots", r.slots}});
+    json plist = json::array();
+    for (const Pool& p : pg.pools) {
+      plist.push_back({{"buffer_size", p.buffer_size}, {"buffers", p.num_buffers}, {"slot_bytes", p.slot_bytes}});
+    }
+    std::vector<uint32_t> members;
+    for (CacheGroupId g : pg.groups) members.push_back(g.value);
+    pools.push_back({{"id", pg.id.value}, {"cache_groups", members}, {"pools", plist},
+                     {"slot_bytes", pg.slot_bytes}, {"fixed_private", pg.fixed_private},
+                     {"live_floor", pg.live_floor}, {"floor_slots", pg.floor_slots},
+                     {"floor_reasons", reasons}});
+  }
+  j["pool_groups"] = pools;
+  json tiers = json::array();
+  for (const TierPlan& t : plan.tiers()) {
+    json slots = json::array();
+    for (const PoolGroup& pg : plan.pool_groups()) {
+      slots.push_back({{"pool_group", pg.id.value}, {"slots", t.slots[pg.id.value]},
+                       {"bytes", t.slots[pg.id.value] * pg.slot_bytes}});
+    }
+    tiers.push_back({{"kind", tier_kind_name(t.kind)}, {"requested_quota", t.requested_quota},
+                     {"quota", t.quota}, {"grain", t.grain}, {"quota_raised", t.quota_raised},
+                     {"bytes_used", t.bytes_used}, {"pool_groups", slots}});
+  }
+  j["tiers"] = tiers;
+  const std::optional<uint64_t> tokens = plan.gpu_kv_tokens();
+  const std::optional<uint64_t> longest = plan.max_request_tokens();
+  j["gpu_kv_tokens"] = tokens ? json(*tokens) : json();
+  j["max_request_tokens"] = longest ? json(*longest) : json();
+  j["notes"] = plan.notes();
+  return j;
+}
+
+std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan) {
+  std::ostringstream os;
+  const ManagerConfig& c = plan.config();
+  os << "model     " << model.source << "  (" << model.model_type << ", " << model.family << ")\n"
+     << "          " << model.num_model_layers << " model layers -> "
+     << model.num_attention_layers() << " attention + " << model.num_recurrent_layers()
+     << " recurrent cache layers; TP " << model.tp_size << "; KV " << dtype_name(model.kv_dtype)
+     << ", SSM " << dtype_name(model.ssm_dtype) << ", conv " << dtype_name(model.conv_dtype) << "\n"
+     << "KV        " << with_commas(model.kv_bytes_per_token()) << " B/token (full "
+     << with_commas(model.full_kv_bytes_per_token()) << ", sliding "
+     << with_commas(model.sliding_kv_bytes_per_token()) << ")\n"
+     << "state     " << with_commas(model.state_bytes_per_sequence()) << " B/sequence ("
+     << format_bytes(model.state_bytes_per_sequence()) << "; SSM "
+     << with_commas(model.ssm_bytes_per_sequence()) << ", conv "
+     << with_commas(model.conv_bytes_per_sequence()) << ")\n"
+     << "settings  tokens_per_block " << c.tokens_per_block << ", max_util_for_resume "
+     << c.max_util_for_resume << ", block reuse " << (c.enable_block_reuse ? "on" : "off");
+  if (c.max_live_kv_caches) os << ", max_live_kv_caches " << *c.max_live_kv_caches;
+  os << "\n\ncache groups\n";
+  for (const CacheGroup& g : plan.cache_groups()) {
+    os << "  [" << g.id.value << "] " << group_label(g) << ": " << g.layers.size()
+       << " layers, pool group " << g.pool_group.value << ", slot " << g.slot_sizes.size()
+       << " pools\n";
+    // Roles with their per-page size, once per (role, size).
+    std::vector<std::pair<std::string, uint64_t>> seen;
+    std::vector<uint32_t> counts;
+    for (uint32_t b : g.buffers) {
+      const PlannedBuffer& pb = plan.buffers()[b];
+      bool found = false;
+      for (size_t i = 0; i < seen.size(); ++i) {
+        if (seen[i].first == pb.role && seen[i].second == pb.size) { ++counts[i]; found = true; }
+      }
+      if (!found) { seen.push_back({pb.role, pb.size}); counts.push_back(1); }
+    }
+    for (size_t i = 0; i < seen.size(); ++i) {
+      os << "        " << seen[i].first << ": " << with_commas(seen[i].second) << " B x "
+         << counts[i] << " layers\n";
+    }
+  }
+  os << "\npool groups\n";
+  for (const PoolGroup& pg : plan.pool_groups()) {
+    os << "  [" << pg.id.value << "] cache groups";
+    for (CacheGroupId g : pg.groups) os << " " << g.value;
+    os << ": slot " << format_bytes(pg.slot_bytes) << " (" << with_commas(pg.slot_bytes) << " B, "
+       << pg.pools.size() << " pools)";
+    if (pg.fixed_private) os << ", fixed PRIVATE pool";
+    if (pg.live_floor) os << ", held at the live floor";
+    os << "\n        floor " << pg.floor_slots << " GPU slots = ceil(max(" << floor_text(pg)
+       << ") / " << c.max_util_for_resume << ")\n";
+  }
+  os << "\ntiers\n";
+  for (const TierPlan& t : plan.tiers()) {
+    os << "  " << tier_kind_name(t.kind) << "  quota " << format_bytes(t.quota);
+    if (t.quota != t.requested_quota) os << " (asked " << format_bytes(t.requested_quota) << ")";
+    os << ", grain " << format_bytes(t.grain) << ", used " << format_bytes(t.bytes_used) << "\n";
+    for (const PoolGroup& pg : plan.pool_groups()) {
+      os << "        pool group " << pg.id.value << ": " << with_commas(t.slots[pg.id.value])
+         << " slots, " << format_bytes(t.slots[pg.id.value] * pg.slot_bytes) << "\n";
+    }
+  }
+  const std::optional<uint64_t> tokens = plan.gpu_kv_tokens();
+  const std::optional<uint64_t> longest = plan.max_request_tokens();
+  os << "\nKV tokens on GPU at max_util_for_resume: "
+     << (tokens ? with_commas(*tokens) : std::string("no attention layers")) << "\n";
+  os << "longest single request: "
+     << (longest ? with_commas(*longest) + " tokens" : std::string("not bounded by full attention"))
+     << "\n";
+  for (const std::string& note : plan.notes()) os << "note: " << note << "\n";
+  return os.str();
+}
+
+}  // namespace hybridkv::tools

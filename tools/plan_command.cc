@@ -61,7 +61,8 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   plan->add_flag("--no-block-reuse", o.no_block_reuse, "disable prefix reuse");
   plan->add_option("--kv-dtype", o.kv_dtype, "KV cache dtype");
   plan->add_option("--conv-dtype", o.conv_dtype, "conv state dtype");
-  plan->add_option("--ssm-dtype", o.ssm_dtype, "SSM state dtype (default: the config's, else fp32)");
+  plan->add_option("--ssm-dtype", o.ssm_dtype,
+                   "SSM state dtype (default: the config's, else fp32)");
   plan->add_flag("--json", o.json, "print JSON");
 }
 

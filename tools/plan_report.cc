@@ -10,7 +10,9 @@ namespace {
 using nlohmann::json;
 
 std::string group_label(const CacheGroup& g) {
-  std::string s = g.kind == GroupKind::kSsm ? "SSM" : (g.window ? "window " + std::to_string(*g.window) : "full attention");
+  std::string s = g.kind == GroupKind::kSsm
+                      ? "SSM"
+                      : (g.window ? "window " + std::to_string(*g.window) : "full attention");
   if (g.sink_blocks) s += " + " + std::to_string(g.sink_blocks) + " sink blocks";
   return s + " " + reuse_policy_name(g.policy);
 }
@@ -56,17 +58,21 @@ json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
       {"ssm_bytes_per_sequence", model.ssm_bytes_per_sequence()},
       {"conv_bytes_per_sequence", model.conv_bytes_per_sequence()},
   };
-  j["config"] = {{"tokens_per_block", c.tokens_per_block},
-                 {"max_util_for_resume", c.max_util_for_resume},
-                 {"enable_block_reuse", c.enable_block_reuse},
-                 {"max_live_kv_caches", c.max_live_kv_caches ? json(*c.max_live_kv_caches) : json()}};
+  j["config"] = {
+      {"tokens_per_block", c.tokens_per_block},
+      {"max_util_for_resume", c.max_util_for_resume},
+      {"enable_block_reuse", c.enable_block_reuse},
+      {"max_live_kv_caches", c.max_live_kv_caches ? json(*c.max_live_kv_caches) : json()}};
   json groups = json::array();
   for (const CacheGroup& g : plan.cache_groups()) {
     json buffers = json::array();
     for (uint32_t b : g.buffers) {
       const PlannedBuffer& pb = plan.buffers()[b];
-      buffers.push_back({{"layer", pb.layer}, {"role", pb.role}, {"pool", pb.pool},
-                         {"offset", pb.offset}, {"size", pb.size},
+      buffers.push_back({{"layer", pb.layer},
+                         {"role", pb.role},
+                         {"pool", pb.pool},
+                         {"offset", pb.offset},
+                         {"size", pb.size},
                          {"dtype", pb.dtype ? json(dtype_name(*pb.dtype)) : json()}});
     }
     groups.push_back({{"id", g.id.value},
@@ -84,16 +90,23 @@ json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
   json pools = json::array();
   for (const PoolGroup& pg : plan.pool_groups()) {
     json reasons = json::array();
-    for (const FloorReason& r : pg.floor_reasons) reasons.push_back({{"why", r.what}, {"slots", r.slots}});
+    for (const FloorReason& r : pg.floor_reasons)
+      reasons.push_back({{"why", r.what}, {"slots", r.slots}});
     json plist = json::array();
     for (const Pool& p : pg.pools) {
-      plist.push_back({{"buffer_size", p.buffer_size}, {"buffers", p.num_buffers}, {"slot_bytes", p.slot_bytes}});
+      plist.push_back({{"buffer_size", p.buffer_size},
+                       {"buffers", p.num_buffers},
+                       {"slot_bytes", p.slot_bytes}});
     }
     std::vector<uint32_t> members;
     for (CacheGroupId g : pg.groups) members.push_back(g.value);
-    pools.push_back({{"id", pg.id.value}, {"cache_groups", members}, {"pools", plist},
-                     {"slot_bytes", pg.slot_bytes}, {"fixed_private", pg.fixed_private},
-                     {"live_floor", pg.live_floor}, {"floor_slots", pg.floor_slots},
+    pools.push_back({{"id", pg.id.value},
+                     {"cache_groups", members},
+                     {"pools", plist},
+                     {"slot_bytes", pg.slot_bytes},
+                     {"fixed_private", pg.fixed_private},
+                     {"live_floor", pg.live_floor},
+                     {"floor_slots", pg.floor_slots},
                      {"floor_reasons", reasons}});
   }
   j["pool_groups"] = pools;
@@ -101,12 +114,17 @@ json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
   for (const TierPlan& t : plan.tiers()) {
     json slots = json::array();
     for (const PoolGroup& pg : plan.pool_groups()) {
-      slots.push_back({{"pool_group", pg.id.value}, {"slots", t.slots[pg.id.value]},
+      slots.push_back({{"pool_group", pg.id.value},
+                       {"slots", t.slots[pg.id.value]},
                        {"bytes", t.slots[pg.id.value] * pg.slot_bytes}});
     }
-    tiers.push_back({{"kind", tier_kind_name(t.kind)}, {"requested_quota", t.requested_quota},
-                     {"quota", t.quota}, {"grain", t.grain}, {"quota_raised", t.quota_raised},
-                     {"bytes_used", t.bytes_used}, {"pool_groups", slots}});
+    tiers.push_back({{"kind", tier_kind_name(t.kind)},
+                     {"requested_quota", t.requested_quota},
+                     {"quota", t.quota},
+                     {"grain", t.grain},
+                     {"quota_raised", t.quota_raised},
+                     {"bytes_used", t.bytes_used},
+                     {"pool_groups", slots}});
   }
   j["tiers"] = tiers;
   const std::optional<uint64_t> tokens = plan.gpu_kv_tokens();
@@ -147,9 +165,15 @@ std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan)
       const PlannedBuffer& pb = plan.buffers()[b];
       bool found = false;
       for (size_t i = 0; i < seen.size(); ++i) {
-        if (seen[i].first == pb.role && seen[i].second == pb.size) { ++counts[i]; found = true; }
+        if (seen[i].first == pb.role && seen[i].second == pb.size) {
+          ++counts[i];
+          found = true;
+        }
       }
-      if (!found) { seen.push_back({pb.role, pb.size}); counts.push_back(1); }
+      if (!found) {
+        seen.push_back({pb.role, pb.size});
+        counts.push_back(1);
+      }
     }
     for (size_t i = 0; i < seen.size(); ++i) {
       os << "        " << seen[i].first << ": " << with_commas(seen[i].second) << " B x "

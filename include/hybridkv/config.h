@@ -32,8 +32,8 @@ std::optional<ReusePolicy> parse_reuse_policy(std::string_view text);
 
 // Element types, used to check page sizes and, later, to scan buffers for NaN/Inf.
 enum class DType : uint8_t { kF32, kF16, kBF16, kFP8E4M3, kFP8E5M2, kINT8, kUINT8 };
-const char* dtype_name(DType dtype);  // "fp32", "fp16", "bf16", "fp8_e4m3", ...
-uint32_t dtype_size(DType dtype);     // bytes per element
+const char* dtype_name(DType dtype);                      // "fp32", "fp16", "bf16", "fp8_e4m3", ...
+uint32_t dtype_size(DType dtype);                         // bytes per element
 std::optional<DType> parse_dtype(std::string_view text);  // accepts torch names too ("float32")
 
 // Memory tiers, warmest first.
@@ -41,10 +41,10 @@ enum class TierKind : uint8_t { kGpu = 0, kHost = 1, kDisk = 2 };
 const char* tier_kind_name(TierKind kind);  // "GPU", "HOST", "DISK"
 
 struct BufferConfig {
-  std::string role;                          // "key", "value", "ssm_state", "conv_state", ...
-  uint64_t bytes_per_page = 0;               // one token block (attention) or one state (SSM); 0 = dropped
-  std::optional<ReusePolicy> reuse_policy;   // unset: inherit the layer's policy
-  std::optional<DType> dtype;                // optional; bytes_per_page must be a multiple of its size
+  std::string role;             // "key", "value", "ssm_state", "conv_state", ...
+  uint64_t bytes_per_page = 0;  // one token block (attention) or one state (SSM); 0 = dropped
+  std::optional<ReusePolicy> reuse_policy;  // unset: inherit the layer's policy
+  std::optional<DType> dtype;  // optional; bytes_per_page must be a multiple of its size
 };
 
 struct AttentionLayerConfig {
@@ -88,7 +88,7 @@ struct ManagerConfig {
   std::vector<SsmLayerConfig> ssm_layers;
 
   // --- memory ---
-  std::vector<TierConfig> tiers;     // warmest first; the first must be GPU
+  std::vector<TierConfig> tiers;      // warmest first; the first must be GPU
   double max_util_for_resume = 0.97;  // resume refused above this GPU pool utilization; (0, 1]
   std::optional<uint32_t> max_live_kv_caches;  // bound on active + suspended caches
 

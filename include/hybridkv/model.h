@@ -30,13 +30,13 @@ const char* mixer_kind_name(MixerKind kind);  // "attention", "mla", "mamba1", .
 
 // Per-rank shape of a recurrent layer, for replay buffers and diagnostics.
 struct RecurrentShape {
-  uint64_t num_heads = 0;     // Mamba2: SSM heads; GDN: value heads; KDA: heads; Mamba1: 0
-  uint64_t head_dim = 0;      // Mamba2: head dim; GDN: value head dim; KDA: head dim
-  uint64_t state_size = 0;    // Mamba1/2: d_state; GDN: key head dim; KDA: head dim
-  uint64_t n_groups = 0;      // Mamba2: B/C groups on this rank; GDN: key heads; KDA: heads
-  uint64_t d_inner = 0;       // channels of the mixer on this rank
-  uint64_t conv_dim = 0;      // channels of the conv window on this rank
-  uint64_t conv_kernel = 0;   // K; the conv state keeps K - 1 columns
+  uint64_t num_heads = 0;    // Mamba2: SSM heads; GDN: value heads; KDA: heads; Mamba1: 0
+  uint64_t head_dim = 0;     // Mamba2: head dim; GDN: value head dim; KDA: head dim
+  uint64_t state_size = 0;   // Mamba1/2: d_state; GDN: key head dim; KDA: head dim
+  uint64_t n_groups = 0;     // Mamba2: B/C groups on this rank; GDN: key heads; KDA: heads
+  uint64_t d_inner = 0;      // channels of the mixer on this rank
+  uint64_t conv_dim = 0;     // channels of the conv window on this rank
+  uint64_t conv_kernel = 0;  // K; the conv state keeps K - 1 columns
 };
 
 struct ModelLayer {
@@ -44,10 +44,10 @@ struct ModelLayer {
   uint32_t model_layer = 0;
   MixerKind mixer = MixerKind::kAttention;
   // Attention (kAttention, kMla):
-  std::optional<uint32_t> window;       // sliding window in tokens
-  uint64_t kv_heads = 0;                // per rank (MLA: 1 latent head, never split)
-  uint64_t head_dim = 0;                // elements per head (MLA: kv_lora_rank + rope dim)
-  uint64_t kv_elements_per_token = 0;   // GQA: 2 * kv_heads * head_dim; MLA: head_dim
+  std::optional<uint32_t> window;      // sliding window in tokens
+  uint64_t kv_heads = 0;               // per rank (MLA: 1 latent head, never split)
+  uint64_t head_dim = 0;               // elements per head (MLA: kv_lora_rank + rope dim)
+  uint64_t kv_elements_per_token = 0;  // GQA: 2 * kv_heads * head_dim; MLA: head_dim
   // Recurrent:
   uint64_t conv_elements = 0;  // per sequence
   uint64_t ssm_elements = 0;   // per sequence
@@ -57,17 +57,17 @@ struct ModelLayer {
 };
 
 struct ModelOptions {
-  uint32_t tp_size = 1;                 // tensor-parallel ranks; numbers are per rank
-  DType kv_dtype = DType::kBF16;        // KV cache elements
-  DType conv_dtype = DType::kBF16;      // conv window elements
-  std::optional<DType> ssm_dtype;       // unset: the config's mamba_ssm_cache_dtype /
-                                        // mamba_ssm_dtype, else fp32
+  uint32_t tp_size = 1;             // tensor-parallel ranks; numbers are per rank
+  DType kv_dtype = DType::kBF16;    // KV cache elements
+  DType conv_dtype = DType::kBF16;  // conv window elements
+  std::optional<DType> ssm_dtype;   // unset: the config's mamba_ssm_cache_dtype /
+                                    // mamba_ssm_dtype, else fp32
 };
 
 struct ModelDescription {
-  std::string source;      // file name or label, for messages
+  std::string source;  // file name or label, for messages
   std::string model_type;
-  std::string family;      // "Mamba2", "GDN", "KDA + MLA", "Mamba1", "attention", ...
+  std::string family;  // "Mamba2", "GDN", "KDA + MLA", "Mamba1", "attention", ...
   uint32_t num_model_layers = 0;
   std::optional<uint64_t> max_position_embeddings;
   uint32_t tp_size = 1;

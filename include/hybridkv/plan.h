@@ -63,10 +63,10 @@ struct CacheGroup {
   CacheGroupId id;
   GroupKind kind = GroupKind::kAttention;
   ReusePolicy policy = ReusePolicy::kRequired;
-  std::optional<uint32_t> window;  // attention only
-  uint32_t sink_blocks = 0;        // attention only: ceil(sink_tokens / tokens_per_block)
-  std::vector<LayerId> layers;     // ascending, each once
-  std::vector<uint32_t> buffers;   // indices into StoragePlan::buffers(), in slot order
+  std::optional<uint32_t> window;    // attention only
+  uint32_t sink_blocks = 0;          // attention only: ceil(sink_tokens / tokens_per_block)
+  std::vector<LayerId> layers;       // ascending, each once
+  std::vector<uint32_t> buffers;     // indices into StoragePlan::buffers(), in slot order
   std::vector<uint64_t> slot_sizes;  // pool slot bytes, descending
   PoolGroupId pool_group;
   // Slots one request needs at worst (unscaled): 1 for full attention and SSM; for a window of
@@ -82,15 +82,15 @@ struct Pool {
 
 // Why a pool group has the floor it has (printed by `hybridkv plan`).
 struct FloorReason {
-  std::string what;     // "one request", "constraints[0]", "max_live_kv_caches", "live floor"
-  uint64_t slots = 0;   // unscaled slots this reason asks for
+  std::string what;    // "one request", "constraints[0]", "max_live_kv_caches", "live floor"
+  uint64_t slots = 0;  // unscaled slots this reason asks for
 };
 
 struct PoolGroup {
   PoolGroupId id;
   std::vector<CacheGroupId> groups;
-  std::vector<Pool> pools;  // slot_bytes descending
-  uint64_t slot_bytes = 0;  // sum over pools: bytes of one slot on any tier
+  std::vector<Pool> pools;     // slot_bytes descending
+  uint64_t slot_bytes = 0;     // sum over pools: bytes of one slot on any tier
   bool fixed_private = false;  // the max_live_kv_caches PRIVATE SSM pool: exactly floor slots
   bool live_floor = false;     // block reuse off: an SSM pool held at its live floor
   uint64_t floor_slots = 0;    // GPU slots guaranteed: ceil(max(reasons) / max_util_for_resume)
@@ -111,9 +111,10 @@ struct TierPlan {
 struct BufferAddress {
   PoolGroupId pool_group;
   uint32_t pool = 0;
-  uint64_t base_offset = 0;  // bytes added to the pool's base address (SHARED: offset; PER_LAYER: 0)
-  uint64_t stride = 0;       // bytes between consecutive page indices (= buffer size)
-  int64_t scale = 0;         // page indices per slot
+  uint64_t base_offset =
+      0;                // bytes added to the pool's base address (SHARED: offset; PER_LAYER: 0)
+  uint64_t stride = 0;  // bytes between consecutive page indices (= buffer size)
+  int64_t scale = 0;    // page indices per slot
   int64_t index_offset = 0;  // added to slot * scale (PER_LAYER: offset / size; SHARED: 0)
 
   // Requires: slot >= 0 or slot == kBadPageIndex (which maps to kBadPageIndex).

@@ -18,11 +18,11 @@ namespace hybridkv {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // bad configuration or bad call arguments
-  kNotFound,         // unknown layer, role, group or file
-  kOutOfPages,       // a pool group has no room left
+  kInvalidArgument,     // bad configuration or bad call arguments
+  kNotFound,            // unknown layer, role, group or file
+  kOutOfPages,          // a pool group has no room left
   kFailedPrecondition,  // the object is in the wrong state for the call
-  kIoError,          // a file could not be read or written
+  kIoError,             // a file could not be read or written
 };
 
 const char* status_code_name(StatusCode code);
@@ -56,9 +56,10 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
-    if (status_.is_ok()) status_ = Status(StatusCode::kInvalidArgument, "Result built from OK status");
+    if (status_.is_ok())
+      status_ = Status(StatusCode::kInvalidArgument, "Result built from OK status");
   }
 
   bool is_ok() const { return value_.has_value(); }

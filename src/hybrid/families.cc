@@ -44,7 +44,8 @@ uint64_t kv_heads_per_rank(const Fields& f, const char* what, uint64_t heads, ui
 
 class Builder {
  public:
-  Builder(const Fields& f, const ModelOptions& o, ModelDescription& out) : f_(f), o_(o), out_(out) {}
+  Builder(const Fields& f, const ModelOptions& o, ModelDescription& out)
+      : f_(f), o_(o), out_(out) {}
 
   void gqa(uint32_t model_layer, const char* heads_key, uint64_t kv_heads, uint64_t head_dim,
            std::optional<uint32_t> window) {
@@ -188,6 +189,13 @@ void check_layer_count(const Fields& f, size_t listed) {
 void read_nemotron_h(const Fields& f, const ModelOptions& o, ModelDescription& out, Builder& b) {
   const std::string pattern = f.string("hybrid_override_pattern");
   if (pattern.empty()) f.fail("hybrid_override_pattern", "is empty");
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c != 'M' && c != '*' && c != '-' && c != 'E') {
+      f.fail("hybrid_override_pattern", "character '" + std::string(1, c) + "' at " +
+                                            std::to_string(i) + " is not one of M * - E");
+    }
+  }
   check_layer_count(f, pattern.size());
   const char* head_key = f.has("head_dim") ? "head_dim" : "attention_head_dim";
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -201,9 +209,6 @@ void read_nemotron_h(const Fields& f, const ModelOptions& o, ModelDescription& o
       b.mamba2(static_cast<uint32_t>(i), "mamba_num_heads", heads, dim,
                f.positive("ssm_state_size"), "n_groups", f.positive("n_groups"),
                conv_kernel(f, "conv_kernel"), heads * dim);
-    } else if (c != '-' && c != 'E') {
-      f.fail("hybrid_override_pattern", "character '" + std::string(1, c) + "' at " +
-                                            std::to_string(i) + " is not one of M * - E");
     }
   }
   out.num_model_layers = static_cast<uint32_t>(pattern.size());
@@ -243,8 +248,8 @@ void read_jamba(const Fields& f, ModelDescription& out, Builder& b) {
   const uint64_t period = f.positive("attn_layer_period");
   const uint64_t offset = f.non_negative("attn_layer_offset");
   if (offset >= period) {
-    f.fail("attn_layer_offset", std::to_string(offset) + " must be < attn_layer_period " +
-                                    std::to_string(period));
+    f.fail("attn_layer_offset",
+           std::to_string(offset) + " must be < attn_layer_period " + std::to_string(period));
   }
   const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
   if (hidden % heads != 0) {
@@ -272,9 +277,9 @@ void read_falcon_h1(const Fields& f, ModelDescription& out, Builder& b) {
     const json& list = f.array("attn_layer_indices");
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
-        f.fail("attn_layer_indices[" + std::to_string(i) + "]",
-               show(list[i]) + " is not a layer index below num_hidden_layers " +
-                   std::to_string(n));
+        f.fail(
+            "attn_layer_indices[" + std::to_string(i) + "]",
+            show(list[i]) + " is not a layer index below num_hidden_layers " + std::to_string(n));
       }
       attention.insert(list[i].get<uint64_t>());
     }
@@ -344,8 +349,7 @@ void read_kimi_linear(const Fields& f, ModelDescription& out, Builder& b) {
 }
 
 void read_zamba2(const Fields& f, ModelDescription& out, Builder& b) {
-  const std::vector<std::string> types =
-      layer_types(f, "layers_block_type", {"hybrid", "mamba"});
+  const std::vector<std::string> types = layer_types(f, "layers_block_type", {"hybrid", "mamba"});
   check_layer_count(f, types.size());
   const uint64_t d_inner = f.positive("mamba_expand") * f.positive("hidden_size");
   for (size_t i = 0; i < types.size(); ++i) {
@@ -373,8 +377,7 @@ void read_mamba2(const Fields& f, ModelDescription& out, Builder& b) {
   out.family = "Mamba2";
 }
 
-void read_dense(const Fields& f, const std::string& model_type, ModelDescription& out,
-                Builder& b) {
+void read_dense(const Fields& f, const std::string& model_type, ModelDescription& out, Builder& b) {
   const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
   const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
   const uint64_t kv = f.has("num_key_value_heads") ? f.positive("num_key_value_heads") : heads;
@@ -385,8 +388,8 @@ void read_dense(const Fields& f, const std::string& model_type, ModelDescription
     check_layer_count(f, types.size());
   } else {
     const uint64_t n = f.positive("num_hidden_layers");
-    const bool sliding = (model_type == "mistral" || f.has("use_sliding_window")) &&
-                         f.has("sliding_window");
+    const bool sliding =
+        (model_type == "mistral" || f.has("use_sliding_window")) && f.has("sliding_window");
     types.assign(n, sliding ? "sliding_attention" : "full_attention");
   }
   for (size_t i = 0; i < types.size(); ++i) {

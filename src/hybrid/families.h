@@ -19,14 +19,14 @@ class Fields {
  public:
   Fields(const nlohmann::json& object, std::string scope) : j_(object), scope_(std::move(scope)) {}
 
-  bool has(const char* key) const;  // present and not null
-  uint64_t positive(const char* key) const;          // required integer > 0
-  uint64_t non_negative(const char* key) const;      // required integer >= 0
+  bool has(const char* key) const;                                   // present and not null
+  uint64_t positive(const char* key) const;                          // required integer > 0
+  uint64_t non_negative(const char* key) const;                      // required integer >= 0
   std::optional<uint64_t> optional_positive(const char* key) const;  // null/absent -> nullopt
   std::string string(const char* key) const;
   std::optional<std::string> optional_string(const char* key) const;
   const nlohmann::json& array(const char* key) const;  // required array
-  Fields object(const char* key) const;                 // required object
+  Fields object(const char* key) const;                // required object
   [[noreturn]] void fail(const std::string& key, const std::string& problem) const;
   std::string field(const std::string& key) const;  // "field 'key'" or "field 'scope.key'"
 

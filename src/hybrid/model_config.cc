@@ -39,8 +39,8 @@ bool Fields::has(const char* key) const {
 uint64_t Fields::non_negative(const char* key) const {
   auto it = j_.find(key);
   if (it == j_.end() || it->is_null()) fail(key, "is missing");
-  if (!it->is_number_integer() || (it->is_number_integer() && it->get<int64_t>() < 0 &&
-                                   !it->is_number_unsigned())) {
+  if (!it->is_number_integer() ||
+      (it->is_number_integer() && it->get<int64_t>() < 0 && !it->is_number_unsigned())) {
     fail(key, show(*it) + " must be a non-negative integer");
   }
   const uint64_t v = it->get<uint64_t>();
@@ -89,12 +89,18 @@ Fields Fields::object(const char* key) const {
 
 const char* mixer_kind_name(MixerKind kind) {
   switch (kind) {
-    case MixerKind::kAttention: return "attention";
-    case MixerKind::kMla: return "mla";
-    case MixerKind::kMamba1: return "mamba1";
-    case MixerKind::kMamba2: return "mamba2";
-    case MixerKind::kGdn: return "gdn";
-    case MixerKind::kKda: return "kda";
+    case MixerKind::kAttention:
+      return "attention";
+    case MixerKind::kMla:
+      return "mla";
+    case MixerKind::kMamba1:
+      return "mamba1";
+    case MixerKind::kMamba2:
+      return "mamba2";
+    case MixerKind::kGdn:
+      return "gdn";
+    case MixerKind::kKda:
+      return "kda";
   }
   return "?";
 }
@@ -121,7 +127,8 @@ Result<ModelDescription> parse_model_config(std::string_view json_text, const Mo
     out.model_type = f.string("model_type");
     if (f.has("max_position_embeddings")) {
       const nlohmann::json& m = j["max_position_embeddings"];
-      if (m.is_number_unsigned() && m.get<uint64_t>() > 0) out.max_position_embeddings = m.get<uint64_t>();
+      if (m.is_number_unsigned() && m.get<uint64_t>() > 0)
+        out.max_position_embeddings = m.get<uint64_t>();
     }
     if (options.ssm_dtype) {
       out.ssm_dtype = *options.ssm_dtype;

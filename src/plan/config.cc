@@ -18,9 +18,12 @@ std::string lower(std::string_view text) {
 
 const char* reuse_policy_name(ReusePolicy policy) {
   switch (policy) {
-    case ReusePolicy::kRequired: return "REQUIRED";
-    case ReusePolicy::kOptional: return "OPTIONAL";
-    case ReusePolicy::kPrivate: return "PRIVATE";
+    case ReusePolicy::kRequired:
+      return "REQUIRED";
+    case ReusePolicy::kOptional:
+      return "OPTIONAL";
+    case ReusePolicy::kPrivate:
+      return "PRIVATE";
   }
   return "?";
 }
@@ -35,26 +38,36 @@ std::optional<ReusePolicy> parse_reuse_policy(std::string_view text) {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBF16: return "bf16";
-    case DType::kFP8E4M3: return "fp8_e4m3";
-    case DType::kFP8E5M2: return "fp8_e5m2";
-    case DType::kINT8: return "int8";
-    case DType::kUINT8: return "uint8";
+    case DType::kF32:
+      return "fp32";
+    case DType::kF16:
+      return "fp16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kFP8E4M3:
+      return "fp8_e4m3";
+    case DType::kFP8E5M2:
+      return "fp8_e5m2";
+    case DType::kINT8:
+      return "int8";
+    case DType::kUINT8:
+      return "uint8";
   }
   return "?";
 }
 
 uint32_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
+    case DType::kF32:
+      return 4;
     case DType::kF16:
-    case DType::kBF16: return 2;
+    case DType::kBF16:
+      return 2;
     case DType::kFP8E4M3:
     case DType::kFP8E5M2:
     case DType::kINT8:
-    case DType::kUINT8: return 1;
+    case DType::kUINT8:
+      return 1;
   }
   return 1;
 }
@@ -73,9 +86,12 @@ std::optional<DType> parse_dtype(std::string_view text) {
 
 const char* tier_kind_name(TierKind kind) {
   switch (kind) {
-    case TierKind::kGpu: return "GPU";
-    case TierKind::kHost: return "HOST";
-    case TierKind::kDisk: return "DISK";
+    case TierKind::kGpu:
+      return "GPU";
+    case TierKind::kHost:
+      return "HOST";
+    case TierKind::kDisk:
+      return "DISK";
   }
   return "?";
 }

@@ -12,8 +12,8 @@ namespace {
 // PRIVATE), then full attention, then sliding windows by increasing window, then sinks, then
 // policy"). Full attention sorts before every window through has_window = false.
 struct GroupKey {
-  int kind_rank;      // 0 = SSM, 1 = attention
-  int has_window;     // 0 = full attention
+  int kind_rank;   // 0 = SSM, 1 = attention
+  int has_window;  // 0 = full attention
   uint64_t window;
   uint32_t sink_blocks;
   int policy;

@@ -39,8 +39,8 @@ uint64_t scale_by_util(uint64_t slots, double util);
 // The slots of every pool group on one tier at a quota already rounded to the grain.
 struct TierSplit {
   std::vector<uint64_t> slots;
-  bool feasible = true;             // the GPU floors and fixed pools fit
-  std::vector<std::string> notes;   // floors that overrode the ratio
+  bool feasible = true;            // the GPU floors and fixed pools fit
+  std::vector<std::string> notes;  // floors that overrode the ratio
 };
 TierSplit split_tier(const ManagerConfig& config, const Structure& s, TierKind kind,
                      uint64_t quota);

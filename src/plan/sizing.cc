@@ -135,8 +135,8 @@ Result<uint64_t> max_tokens_for_quota(const ManagerConfig& config, uint64_t gpu_
 Result<uint64_t> quota_for_tokens(const ManagerConfig& config, uint64_t max_tokens) {
   Result<Structure> s = plan_detail::build_structure(config);
   if (!s) return s.status();
-  const uint64_t minimum = plan_detail::round_to_grain(TierKind::kGpu,
-                                                       plan_detail::minimum_gpu_bytes(*s));
+  const uint64_t minimum =
+      plan_detail::round_to_grain(TierKind::kGpu, plan_detail::minimum_gpu_bytes(*s));
   auto tokens_at = [&](uint64_t q) {
     return plan_detail::kv_tokens(config, *s, gpu_slots_at(config, *s, q));
   };
@@ -173,7 +173,10 @@ Result<uint64_t> quota_for_tokens(const ManagerConfig& config, uint64_t max_toke
   uint64_t lo = minimum;  // tokens_at(lo) < max_tokens <= tokens_at(hi)
   while (hi - lo > kStep) {
     const uint64_t mid = lo + (hi - lo) / 2 / kStep * kStep;
-    if (*tokens_at(mid) >= max_tokens) hi = mid; else lo = mid;
+    if (*tokens_at(mid) >= max_tokens)
+      hi = mid;
+    else
+      lo = mid;
   }
   return plan_detail::round_to_grain(TierKind::kGpu, hi);
 }

@@ -136,8 +136,8 @@ std::vector<double> pool_weights(const ManagerConfig& config, const Structure& s
       for (CacheGroupId g : pg.groups) need += batch_demand(config, s.groups[g.value], batch);
       demand = std::max(demand, need);
     }
-    weights[pg.id.value] = static_cast<double>(std::max<uint64_t>(demand, 1)) *
-                           static_cast<double>(pg.slot_bytes);
+    weights[pg.id.value] =
+        static_cast<double>(std::max<uint64_t>(demand, 1)) * static_cast<double>(pg.slot_bytes);
   }
   return weights;
 }
@@ -238,8 +238,10 @@ uint64_t tier_grain(TierKind kind, uint64_t quota_bytes) {
       const uint64_t g = std::bit_floor(std::max<uint64_t>(quota_bytes / 512, 1));
       return std::clamp<uint64_t>(g, 2 * plan_detail::kMiB, 32 * plan_detail::kMiB);
     }
-    case TierKind::kHost: return 4096;
-    case TierKind::kDisk: return 2 * plan_detail::kMiB;
+    case TierKind::kHost:
+      return 4096;
+    case TierKind::kDisk:
+      return 2 * plan_detail::kMiB;
   }
   return 4096;
 }

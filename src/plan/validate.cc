@@ -79,8 +79,8 @@ void check_batch(const std::string& label, const BatchShape& batch, Errors& erro
       errors.add(at, ": history ", r.history, " must be <= capacity ", r.capacity);
     }
     if (batch.shared_prefix_tokens && *batch.shared_prefix_tokens > r.capacity) {
-      errors.add(label, ".shared_prefix_tokens ", *batch.shared_prefix_tokens,
-                 " exceeds requests[", i, "].capacity ", r.capacity);
+      errors.add(label, ".shared_prefix_tokens ", *batch.shared_prefix_tokens, " exceeds requests[",
+                 i, "].capacity ", r.capacity);
       break;
     }
   }

@@ -5,13 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define HKV_CHECK(cond, ...)                                                       \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::fprintf(stderr, "hybridkv: check failed at %s:%d: %s\n", __FILE__,      \
-                   __LINE__, #cond);                                               \
-      std::fprintf(stderr, "hybridkv: " __VA_ARGS__);                              \
-      std::fprintf(stderr, "\n");                                                  \
-      std::abort();                                                                \
-    }                                                                              \
+#define HKV_CHECK(cond, ...)                                                                    \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "hybridkv: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, "hybridkv: " __VA_ARGS__);                                           \
+      std::fprintf(stderr, "\n");                                                               \
+      std::abort();                                                                             \
+    }                                                                                           \
   } while (0)

@@ -4,12 +4,18 @@ namespace hybridkv {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kOutOfPages: return "out of pages";
-    case StatusCode::kFailedPrecondition: return "failed precondition";
-    case StatusCode::kIoError: return "io error";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kOutOfPages:
+      return "out of pages";
+    case StatusCode::kFailedPrecondition:
+      return "failed precondition";
+    case StatusCode::kIoError:
+      return "io error";
   }
   return "unknown";
 }

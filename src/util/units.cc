@@ -34,16 +34,26 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
   if (i != text.size()) return std::nullopt;
 
   long double multiplier = 1;
-  if (unit.empty() || unit == "b") multiplier = 1;
-  else if (unit == "k" || unit == "kib") multiplier = 1024.0L;
-  else if (unit == "m" || unit == "mib") multiplier = 1024.0L * 1024;
-  else if (unit == "g" || unit == "gib") multiplier = 1024.0L * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") multiplier = 1024.0L * 1024 * 1024 * 1024;
-  else if (unit == "kb") multiplier = 1e3L;
-  else if (unit == "mb") multiplier = 1e6L;
-  else if (unit == "gb") multiplier = 1e9L;
-  else if (unit == "tb") multiplier = 1e12L;
-  else return std::nullopt;
+  if (unit.empty() || unit == "b")
+    multiplier = 1;
+  else if (unit == "k" || unit == "kib")
+    multiplier = 1024.0L;
+  else if (unit == "m" || unit == "mib")
+    multiplier = 1024.0L * 1024;
+  else if (unit == "g" || unit == "gib")
+    multiplier = 1024.0L * 1024 * 1024;
+  else if (unit == "t" || unit == "tib")
+    multiplier = 1024.0L * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    multiplier = 1e3L;
+  else if (unit == "mb")
+    multiplier = 1e6L;
+  else if (unit == "gb")
+    multiplier = 1e9L;
+  else if (unit == "tb")
+    multiplier = 1e12L;
+  else
+    return std::nullopt;
 
   const long double value = std::strtold(number.c_str(), nullptr) * multiplier;
   if (!std::isfinite(value) || value < 0 || value > 9.0e18L) return std::nullopt;

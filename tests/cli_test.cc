@@ -1,0 +1,148 @@
+// The `hybridkv plan` command: JSON figures for every bundled model, and bad input that exits 2
+// with one line on stderr.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string scratch(const std::string& name) {
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp ? tmp : "/tmp") + "/hkv_cli_test_" + std::to_string(getpid()) + "_" + name;
+}
+
+CliRun run_cli(const std::string& args) {
+  const std::string out = scratch("out"), err = scratch("err");
+  const std::string cmd = std::string(HKV_CLI) + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return r;
+}
+
+std::string model(const std::string& name) { return std::string(HKV_MODELS_DIR) + "/" + name; }
+
+struct Row {
+  const char* file;
+  uint64_t kv;
+  uint64_t state;
+};
+
+TEST(CliPlan, JsonReportsTheTableFiguresForEveryModel) {
+  const Row rows[] = {
+      {"nemotron_h_8b.json", 16384, 102137856},
+      {"nemotron_nano_9b_v2.json", 16384, 143548416},
+      {"nemotron_3_nano_30b_a3b.json", 6144, 49082368},
+      {"qwen3_next_80b_a3b.json", 24576, 77266944},
+      {"jamba_v0_1.json", 16384, 16056320},
+      {"falcon_h1_7b.json", 45056, 139358208},
+      {"granite_4_0_h_tiny.json", 8192, 57341952},
+      {"granite_4_0_h_small.json", 16384, 152819712},
+      {"kimi_linear_48b_a3b.json", 8064, 43417600},
+      {"zamba2_2_7b.json", 184320, 72479232},
+      {"mamba2_2_7b.json", 0, 169836544},
+      {"mistral_7b_v0_1.json", 131072, 0},
+      {"gemma_3_270m.json", 18432, 0},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.file);
+    const CliRun r = run_cli("plan --model " + model(row.file) + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["model"]["kv_bytes_per_token"].get<uint64_t>(), row.kv);
+    EXPECT_EQ(j["model"]["state_bytes_per_sequence"].get<uint64_t>(), row.state);
+    EXPECT_EQ(j["model"]["tp"].get<int>(), 1);
+    EXPECT_FALSE(j["cache_groups"].empty());
+    EXPECT_FALSE(j["tiers"][0]["pool_groups"].empty());
+  }
+}
+
+TEST(CliPlan, TextPlanShowsGroupsPoolsTiersAndTokens) {
+  const CliRun r = run_cli("plan --model " + model("nemotron_h_8b.json") +
+                           " --gpu-quota 8GiB --host-quota 32GiB --max-batch 16 --max-live 40");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* expected :
+       {"cache groups", "SSM REQUIRED", "full attention REQUIRED", "pool groups", "floor",
+        "GPU  quota 8.00 GiB", "HOST  quota 32.00 GiB", "KV tokens on GPU",
+        "max_live_kv_caches 40"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+}
+
+TEST(CliPlan, SmallQuotaIsRaisedAndSaysSo) {
+  const CliRun r =
+      run_cli("plan --model " + model("nemotron_h_8b.json") + " --gpu-quota 1MiB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["tiers"][0]["quota_raised"].get<bool>());
+  ASSERT_FALSE(j["notes"].empty());
+  EXPECT_NE(j["notes"][0].get<std::string>().find("GPU quota raised"), std::string::npos);
+}
+
+TEST(CliPlan, NoBlockReuseHoldsTheSsmPoolAtTheLiveFloor) {
+  const CliRun r = run_cli("plan --model " + model("nemotron_h_8b.json") +
+                           " --no-block-reuse --max-batch 8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["pool_groups"][0]["live_floor"].get<bool>());
+  EXPECT_EQ(j["tiers"][0]["pool_groups"][0]["slots"].get<uint64_t>(), 9u);  // ceil(8 / 0.97)
+}
+
+void expect_bad_input(const std::string& args, const std::string& expected) {
+  SCOPED_TRACE(args);
+  const CliRun r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+}
+
+TEST(CliPlan, BadInputExitsTwoWithOneLine) {
+  expect_bad_input("plan --model /nonexistent.json", "/nonexistent.json: cannot open the file");
+  const std::string malformed = scratch("malformed.json");
+  std::ofstream(malformed) << "{\"model_type\": ";
+  expect_bad_input("plan --model " + malformed, "malformed JSON");
+  const std::string unknown = scratch("unknown.json");
+  std::ofstream(unknown) << R"({"model_type": "transformer9000"})";
+  expect_bad_input("plan --model " + unknown, "'transformer9000' is unknown");
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --gpu-quota 12XB",
+                   "--gpu-quota: cannot parse '12XB'");
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --host-quota lots",
+                   "--host-quota: cannot parse 'lots'");
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --tp 3",
+                   "is not divisible by tp 3");
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --tp 0", "--tp");
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --max-util 1.5",
+                   "max_util_for_resume 1.5 must be in (0, 1]");
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --kv-dtype fp12",
+                   "--kv-dtype: unknown dtype 'fp12'");
+  expect_bad_input("plan", "--model is required");
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --bogus", "bogus");
+  std::remove(malformed.c_str());
+  std::remove(unknown.c_str());
+}
+
+}  // namespace

@@ -1,0 +1,253 @@
+// HuggingFace config reading: bytes per token and per sequence of every bundled model, TP
+// splitting, layer layouts per family, and errors that name the field.
+#include <gtest/gtest.h>
+
+#include "hybridkv/model.h"
+#include "hybridkv/plan.h"
+
+namespace hybridkv {
+namespace {
+
+std::string model_path(const std::string& name) { return std::string(HKV_MODELS_DIR) + "/" + name; }
+
+ModelDescription read_ok(const std::string& name, ModelOptions options = {}) {
+  Result<ModelDescription> m = read_model_config(model_path(name), options);
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return std::move(m).value();
+}
+
+struct TableRow {
+  const char* file;
+  uint64_t kv_bytes_per_token;
+  uint64_t state_bytes_per_sequence;
+  size_t attention_layers;
+  size_t recurrent_layers;
+};
+
+// ../shared/models/README.md, TP 1, KV and conv bf16, SSM fp32.
+const TableRow kTable[] = {
+    {"nemotron_h_8b.json", 16384, 102137856, 4, 24},
+    {"nemotron_nano_9b_v2.json", 16384, 143548416, 4, 27},
+    {"nemotron_3_nano_30b_a3b.json", 6144, 49082368, 6, 23},
+    {"qwen3_next_80b_a3b.json", 24576, 77266944, 12, 36},
+    {"jamba_v0_1.json", 16384, 16056320, 4, 28},
+    {"falcon_h1_7b.json", 45056, 139358208, 44, 44},
+    {"granite_4_0_h_tiny.json", 8192, 57341952, 4, 36},
+    {"granite_4_0_h_small.json", 16384, 152819712, 4, 36},
+    {"kimi_linear_48b_a3b.json", 8064, 43417600, 7, 20},
+    {"zamba2_2_7b.json", 184320, 72479232, 9, 54},
+    {"mamba2_2_7b.json", 0, 169836544, 0, 64},
+    {"mistral_7b_v0_1.json", 131072, 0, 32, 0},
+    {"gemma_3_270m.json", 18432, 0, 18, 0},
+};
+
+TEST(ModelConfig, EveryBundledModelMatchesTheSizeTable) {
+  for (const TableRow& row : kTable) {
+    SCOPED_TRACE(row.file);
+    const ModelDescription m = read_ok(row.file);
+    EXPECT_EQ(m.kv_bytes_per_token(), row.kv_bytes_per_token);
+    EXPECT_EQ(m.state_bytes_per_sequence(), row.state_bytes_per_sequence);
+    EXPECT_EQ(m.num_attention_layers(), row.attention_layers);
+    EXPECT_EQ(m.num_recurrent_layers(), row.recurrent_layers);
+  }
+}
+
+TEST(ModelConfig, PerLayerStateMatchesTheTable) {
+  // One recurrent layer's state (fp32 SSM + bf16 conv) from the README's per-layer figures.
+  const std::pair<const char*, uint64_t> rows[] = {
+      {"nemotron_h_8b.json", 4255744},
+      {"nemotron_nano_9b_v2.json", 5316608},
+      {"nemotron_3_nano_30b_a3b.json", 2134016},
+      {"qwen3_next_80b_a3b.json", 2146304},
+      {"jamba_v0_1.json", 573440},
+      {"falcon_h1_7b.json", 3167232},
+      {"granite_4_0_h_tiny.json", 1592832},
+      {"granite_4_0_h_small.json", 4244992},
+      {"kimi_linear_48b_a3b.json", 2170880},
+      {"zamba2_2_7b.json", 1342208},
+  };
+  for (const auto& [file, bytes] : rows) {
+    SCOPED_TRACE(file);
+    const ModelDescription m = read_ok(file);
+    for (const ModelLayer& l : m.layers) {
+      if (l.is_attention()) continue;
+      EXPECT_EQ(l.ssm_elements * 4 + l.conv_elements * 2, bytes);
+    }
+  }
+}
+
+TEST(ModelConfig, LayerLayoutsFollowEachFamilysSpelling) {
+  auto attention_model_layers = [](const ModelDescription& m) {
+    std::vector<uint32_t> out;
+    for (const ModelLayer& l : m.layers)
+      if (l.is_attention()) out.push_back(l.model_layer);
+    return out;
+  };
+  EXPECT_EQ(attention_model_layers(read_ok("nemotron_h_8b.json")),
+            (std::vector<uint32_t>{7, 18, 29, 40}));
+  EXPECT_EQ(attention_model_layers(read_ok("jamba_v0_1.json")),
+            (std::vector<uint32_t>{4, 12, 20, 28}));
+  EXPECT_EQ(attention_model_layers(read_ok("kimi_linear_48b_a3b.json")),
+            (std::vector<uint32_t>{3, 7, 11, 15, 19, 23, 26}));  // published 1-based
+  const std::vector<uint32_t> qwen = attention_model_layers(read_ok("qwen3_next_80b_a3b.json"));
+  ASSERT_EQ(qwen.size(), 12u);
+  EXPECT_EQ(qwen.front(), 3u);
+  EXPECT_EQ(qwen.back(), 47u);
+  EXPECT_EQ(attention_model_layers(read_ok("zamba2_2_7b.json")),
+            (std::vector<uint32_t>{6, 12, 18, 24, 30, 36, 42, 47, 51}));
+}
+
+TEST(ModelConfig, ParallelHybridLayerBecomesTwoCacheLayers) {
+  const ModelDescription m = read_ok("falcon_h1_7b.json");
+  ASSERT_EQ(m.layers.size(), 88u);
+  EXPECT_EQ(m.layers[0].model_layer, 0u);
+  EXPECT_EQ(m.layers[0].mixer, MixerKind::kAttention);
+  EXPECT_EQ(m.layers[1].model_layer, 0u);
+  EXPECT_EQ(m.layers[1].mixer, MixerKind::kMamba2);
+  EXPECT_EQ(m.layers[1].cache_layer, 1);
+  EXPECT_EQ(m.layers[87].model_layer, 43u);
+}
+
+TEST(ModelConfig, MlaLatentIsOneUnsplitHead) {
+  ModelOptions tp4;
+  tp4.tp_size = 4;
+  const ModelDescription m = read_ok("kimi_linear_48b_a3b.json", tp4);
+  for (const ModelLayer& l : m.layers) {
+    if (l.mixer != MixerKind::kMla) continue;
+    EXPECT_EQ(l.kv_elements_per_token, 576u);  // kv_lora_rank 512 + rope 64, at any TP
+  }
+  EXPECT_EQ(m.kv_bytes_per_token(), 8064u);
+  EXPECT_EQ(m.state_bytes_per_sequence(), 43417600u / 4);  // KDA splits by heads
+  const auto attention = m.attention_layer_configs(16);
+  ASSERT_EQ(attention.size(), 7u);
+  ASSERT_EQ(attention[0].buffers.size(), 1u);
+  EXPECT_EQ(attention[0].buffers[0].role, "mla_latent");
+  EXPECT_EQ(attention[0].buffers[0].bytes_per_page, 576u * 2 * 16);
+}
+
+TEST(ModelConfig, TensorParallelSplitsHeadsAndReplicatesGroups) {
+  ModelOptions tp2;
+  tp2.tp_size = 2;
+  // Nemotron-H-8B: 8 groups split 4 per rank. conv (64*128/2 + 2*4*128) * 3 = 15,360 elements.
+  const ModelDescription nemotron = read_ok("nemotron_h_8b.json", tp2);
+  EXPECT_EQ(nemotron.layers[0].conv_elements, (4096u + 1024u) * 3);
+  EXPECT_EQ(nemotron.layers[0].ssm_elements, 64u * 64 * 128);
+  EXPECT_EQ(nemotron.kv_bytes_per_token(), 16384u / 2);
+  // Granite-Tiny: 1 group is replicated, so each rank keeps 2*1*128 B/C channels.
+  const ModelDescription granite = read_ok("granite_4_0_h_tiny.json", tp2);
+  for (const ModelLayer& l : granite.layers) {
+    if (l.is_attention()) continue;
+    EXPECT_EQ(l.shape.n_groups, 1u);
+    EXPECT_EQ(l.conv_elements, (48u * 64 / 2 + 2 * 128) * 3);
+  }
+  // Qwen3-Next at TP 4: 2 KV heads are replicated, one per rank.
+  ModelOptions tp4;
+  tp4.tp_size = 4;
+  const ModelDescription qwen = read_ok("qwen3_next_80b_a3b.json", tp4);
+  EXPECT_EQ(qwen.full_kv_bytes_per_token(), 12u * 2 * 1 * 256 * 2);
+  EXPECT_EQ(qwen.layers[0].conv_elements, (2u * 4 * 128 + 8 * 128) * 3);
+}
+
+TEST(ModelConfig, TensorParallelThatDoesNotDivideIsRejected) {
+  ModelOptions tp3;
+  tp3.tp_size = 3;
+  Result<ModelDescription> m = read_model_config(model_path("nemotron_h_8b.json"), tp3);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("is not divisible by tp 3"), std::string::npos)
+      << m.status().message();
+}
+
+TEST(ModelConfig, DtypesFollowOptionsAndTheConfig) {
+  ModelOptions bf16;
+  bf16.ssm_dtype = DType::kBF16;
+  EXPECT_EQ(read_ok("nemotron_h_8b.json", bf16).state_bytes_per_sequence(), 51806208u);
+  // nemotron_3_nano asks for fp32 SSM state itself.
+  EXPECT_EQ(read_ok("nemotron_3_nano_30b_a3b.json").ssm_dtype, DType::kF32);
+  ModelOptions fp8;
+  fp8.kv_dtype = DType::kFP8E4M3;
+  EXPECT_EQ(read_ok("nemotron_h_8b.json", fp8).kv_bytes_per_token(), 8192u);
+}
+
+TEST(ModelConfig, SlidingWindowsComeThroughToTheLayerConfigs) {
+  const ModelDescription gemma = read_ok("gemma_3_270m.json");
+  const auto layers = gemma.attention_layer_configs(32);
+  int sliding = 0;
+  for (const AttentionLayerConfig& l : layers) sliding += l.window == 512u ? 1 : 0;
+  EXPECT_EQ(sliding, 15);
+  ManagerConfig c;
+  c.attention_layers = layers;
+  c.tiers.push_back({TierKind::kGpu, 1ull << 30, ""});
+  const StoragePlan plan = *StoragePlan::build(c);
+  ASSERT_EQ(plan.cache_groups().size(), 2u);
+  EXPECT_FALSE(plan.cache_groups()[0].window.has_value());
+  EXPECT_EQ(plan.cache_groups()[1].one_request_slots, 512u / 32 + 1);
+}
+
+struct BadConfig {
+  const char* json;
+  const char* expected;
+};
+
+TEST(ModelConfig, BadConfigsNameTheFieldAndValue) {
+  const BadConfig cases[] = {
+      {"{", "malformed JSON at byte 2"},
+      {"[1, 2]", "the top level must be a JSON object"},
+      {R"({"num_hidden_layers": 2})", "field 'model_type': is missing"},
+      {R"({"model_type": "gpt5"})", "field 'model_type': 'gpt5' is unknown"},
+      {R"({"model_type": 7})", "field 'model_type': 7 must be a string"},
+      {R"({"model_type": "mamba2", "num_hidden_layers": -1})",
+       "field 'num_hidden_layers': -1 must be a non-negative integer"},
+      {R"({"model_type": "mamba2", "num_hidden_layers": "two"})",
+       "field 'num_hidden_layers': \"two\" must be a non-negative integer"},
+      {R"({"model_type": "mamba2", "num_hidden_layers": 2, "num_heads": 0})",
+       "field 'num_heads': 0 must be > 0"},
+      {R"({"model_type": "mamba2", "num_hidden_layers": 2, "num_heads": 8, "head_dim": 64,
+           "state_size": 16, "n_groups": 1, "conv_kernel": 1})",
+       "field 'conv_kernel': 1 must be >= 2"},
+      {R"({"model_type": "nemotron_h", "hybrid_override_pattern": "M*X"})",
+       "field 'hybrid_override_pattern': character 'X' at 2 is not one of M * - E"},
+      {R"({"model_type": "granitemoehybrid", "layer_types": ["mamba", "mlp"]})",
+       "field 'layer_types[1]': \"mlp\" is not one of attention, mamba"},
+      {R"({"model_type": "kimi_linear", "num_hidden_layers": 2, "linear_attn_config": 3})",
+       "field 'linear_attn_config': 3 must be an object"},
+      {R"({"model_type": "kimi_linear", "num_hidden_layers": 2,
+           "linear_attn_config": {"full_attn_layers": [0]}})",
+       "field 'linear_attn_config.full_attn_layers[0]': 0 is not a 1-based layer number"},
+      {R"({"model_type": "jamba", "num_hidden_layers": 4, "attn_layer_period": 2,
+           "attn_layer_offset": 2})",
+       "field 'attn_layer_offset': 2 must be < attn_layer_period 2"},
+      {R"({"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "sliding_window": 99999999})",
+       "field 'sliding_window': 99999999 is larger than"},
+      {R"({"model_type": "qwen3_next", "num_hidden_layers": 4, "full_attention_interval": 2,
+           "num_key_value_heads": 2, "head_dim": 8, "linear_num_key_heads": 2,
+           "linear_key_head_dim": 8, "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4})",
+       "field 'linear_num_value_heads': is missing"},
+  };
+  for (const BadConfig& c : cases) {
+    SCOPED_TRACE(c.json);
+    Result<ModelDescription> m = parse_model_config(c.json, ModelOptions{}, "test.json");
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_EQ(m.status().message().rfind("test.json: ", 0), 0u) << m.status().message();
+    EXPECT_NE(m.status().message().find(c.expected), std::string::npos) << m.status().message();
+  }
+}
+
+TEST(ModelConfig, MissingFileIsNotFound) {
+  Result<ModelDescription> m = read_model_config("/nonexistent/config.json", ModelOptions{});
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(m.status().message(), "/nonexistent/config.json: cannot open the file");
+}
+
+TEST(ModelConfig, UnderscoreKeysAreIgnored) {
+  Result<ModelDescription> m = parse_model_config(
+      R"({"_notes": ["anything"], "_verified": 12, "model_type": "mistral", "num_hidden_layers": 2,
+          "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2})",
+      ModelOptions{});
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->kv_bytes_per_token(), 2u * 2 * 2 * 16 * 2);
+}
+
+}  // namespace
+}  // namespace hybridkv

@@ -19,3 +19,10 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHYBRIDKV_SANITIZE=O
 cmake --build build/asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+echo "== ThreadSanitizer build (copy engine and concurrency tests)"
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDKV_TSAN=ON \
+  -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF
+cmake --build build/tsan -j "$jobs" --target kv_cache_test
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/kv_cache_test \
+  --gtest_filter='Lifecycle.NothingReads*:Lifecycle.Concurrent*:Lifecycle.SuspendedPages*'

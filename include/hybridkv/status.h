@@ -23,6 +23,7 @@ enum class StatusCode {
   kOutOfPages,          // a pool group has no room left
   kFailedPrecondition,  // the object is in the wrong state for the call
   kIoError,             // a file could not be read or written
+  kRefused,             // refused by a bound: the utilization gate, max live caches
 };
 
 const char* status_code_name(StatusCode code);

@@ -16,6 +16,8 @@ const char* status_code_name(StatusCode code) {
       return "failed precondition";
     case StatusCode::kIoError:
       return "io error";
+    case StatusCode::kRefused:
+      return "refused";
   }
   return "unknown";
 }

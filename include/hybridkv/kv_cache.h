@@ -1,0 +1,89 @@
+// KvCache: the per-request object an engine drives every step.
+//
+// States and transitions (DESIGN §5):
+//   create ──> SUSPENDED ──resume──> ACTIVE ──suspend──> SUSPENDED ...
+//   any ──close──> CLOSED
+// SUSPENDED: the cache's pages are HELD: they may be demoted to colder tiers under pressure but
+// never dropped. ACTIVE: every page is LOCKED on the GPU and the block tables are valid.
+// resume() is all-or-nothing: it is refused (StatusCode::kRefused) when a GPU pool group's
+// utilization, counting what the resume would lock, would exceed max_util_for_resume, and fails
+// (kOutOfPages, naming the pool group) when room cannot be made; either way nothing changes.
+// resize() grows or shrinks capacity, advances history (which only grows) and releases sliding-
+// window blocks that fell out of every window; out of pages, it changes nothing.
+//
+// Kernel interface: per cache group and beam, a block table of GPU slot ids (int32,
+// kBadPageIndex where no page is resident: stale window blocks, or the whole table while
+// SUSPENDED); convert slot ids to page indices with StoragePlan::convert_page_indices. For an
+// SSM group, state_index() is the GPU slot of the request's state. After resume() or resize(),
+// wait for ready_event() before the kernels touch the pages (pages may still be arriving).
+//
+// Thread-safety: every method takes the manager's mutex; one cache is driven by one thread at a
+// time (the spans returned stay valid until the next call on this cache).
+// Cost: resize() is O(blocks added or released + groups); resume() O(pages of the cache).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hybridkv/config.h"
+#include "hybridkv/ids.h"
+#include "hybridkv/memory.h"
+#include "hybridkv/status.h"
+
+namespace hybridkv {
+
+class KvCacheManager;
+namespace cache_detail {
+class ManagerCore;
+}
+
+enum class CacheState : uint8_t { kSuspended, kActive, kClosed };
+const char* cache_state_name(CacheState state);
+
+class KvCache {
+ public:
+  ~KvCache();  // closes the cache if it is still open
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  CacheState state() const;
+  uint64_t capacity() const;
+  uint64_t history() const;
+  uint32_t beam_width() const;
+
+  // Requires: SUSPENDED.
+  [[nodiscard]] Status resume(Stream stream);
+  // Requires: ACTIVE.
+  [[nodiscard]] Status suspend();
+  // Requires: ACTIVE; history <= capacity; history >= history().
+  [[nodiscard]] Status resize(uint64_t capacity, uint64_t history);
+  // Requires: not CLOSED. Frees every page (committed pages stay in the prefix tree).
+  [[nodiscard]] Status close();
+
+  // Block table of a group for a beam (GPU slot ids). Requires: an attention group, beam <
+  // beam_width().
+  Result<std::span<const int32_t>> block_table(CacheGroupId group, uint32_t beam = 0) const;
+  // GPU slot of an SSM group's state (kBadPageIndex while SUSPENDED).
+  Result<int32_t> state_index(CacheGroupId group, uint32_t beam = 0) const;
+  // A caller-owned index buffer the cache keeps equal to block_table(group, beam) (padded with
+  // kBadPageIndex) on every lock and unlock. Requires: large enough for the current capacity;
+  // resize fails if the new capacity does not fit. An empty span detaches the buffer.
+  [[nodiscard]] Status set_index_buffer(CacheGroupId group, uint32_t beam,
+                                        std::span<int32_t> buffer);
+  // Eviction priority of blocks [first_block, end_block) in every attention group (lower is
+  // evicted first; default 35), applied now and whenever those pages become evictable.
+  [[nodiscard]] Status set_block_priority(uint64_t first_block, uint64_t end_block,
+                                          int32_t priority);
+  // The last copy the cache's pages depend on.
+  CopyEvent ready_event() const;
+
+ private:
+  friend class KvCacheManager;
+  KvCache(cache_detail::ManagerCore* core, uint32_t id) : core_(core), id_(id) {}
+  cache_detail::ManagerCore* core_;
+  uint32_t id_;
+};
+
+}  // namespace hybridkv

@@ -1,0 +1,40 @@
+// Memory backends and copy ordering, as the engine sees them.
+//
+// A backend owns the bytes of every pool on every tier: `kNone` owns none (metadata only, for
+// planning and trace simulation at any scale), `kHost` keeps every tier in host memory (one
+// allocation per pool, stable addresses; the default for tests and the demo), `kCuda` keeps the
+// GPU tier in device memory and HOST in pinned memory. Pages move between tiers through the
+// backend's copy engine: batched, asynchronous, executed in submission order. Each submission
+// returns a CopyEvent; a page records the event of its last writer, and whoever reads or
+// overwrites its slot waits for it (the manager hands the engine one event per step to wait on).
+//
+// Thread-safety: value types here; the backends themselves are internal to the manager.
+#pragma once
+
+#include <cstdint>
+
+namespace hybridkv {
+
+enum class BackendKind : uint8_t { kNone, kHost, kCuda };
+const char* backend_kind_name(BackendKind kind);
+
+// The completion of a batch of copies. Tickets grow with every submission; 0 is "nothing to wait
+// for". An event is complete once every copy submitted up to it has finished.
+struct CopyEvent {
+  uint64_t ticket = 0;
+  bool operator==(const CopyEvent&) const = default;
+};
+
+// An engine stream (cudaStream_t for the CUDA backend; ignored by the host and none backends).
+struct Stream {
+  uintptr_t handle = 0;
+};
+
+struct BackendOptions {
+  BackendKind kind = BackendKind::kHost;
+  // Host backend only, for tests: copies wait at a gate that starts closed, so that a test can
+  // prove nothing reads a page before its copy completed (see KvCacheManager::open_copy_gate).
+  bool start_with_copy_gate_closed = false;
+};
+
+}  // namespace hybridkv

@@ -1,0 +1,45 @@
+// Statistics the manager reports: per iteration (since the last take) and per tier.
+//
+// Thread-safety: value types.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hybridkv/config.h"
+#include "hybridkv/ids.h"
+
+namespace hybridkv {
+
+struct IterationStats {
+  uint64_t pages_allocated = 0;  // fresh pages given to caches
+  uint64_t pages_onboarded = 0;  // moved to the GPU tier
+  uint64_t bytes_onboarded = 0;
+  uint64_t pages_offloaded = 0;  // moved to a colder tier
+  uint64_t bytes_offloaded = 0;
+  uint64_t device_copies = 0;  // GPU-to-GPU page copies (snapshots, partial tails)
+  uint64_t pages_dropped = 0;  // DROPPABLE pages dropped on the last tier
+  uint64_t suspends = 0;
+  uint64_t resumes = 0;
+  uint64_t refused_resumes = 0;
+};
+
+struct PoolGroupStorage {
+  PoolGroupId pool_group;
+  uint64_t total_slots = 0;
+  uint64_t free_slots = 0;
+  uint64_t evictable_slots = 0;  // HELD or DROPPABLE pages in the eviction queues
+};
+
+struct TierStorage {
+  TierKind tier = TierKind::kGpu;
+  std::vector<PoolGroupStorage> pool_groups;
+};
+
+struct StorageStats {
+  std::vector<TierStorage> tiers;
+  uint64_t live_caches = 0;  // ACTIVE + SUSPENDED
+  uint64_t active_caches = 0;
+};
+
+}  // namespace hybridkv

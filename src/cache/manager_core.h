@@ -1,0 +1,93 @@
+// ManagerCore: the state behind KvCacheManager and every KvCache handle, behind one mutex.
+#pragma once
+
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hybridkv/kv_cache.h"
+#include "hybridkv/manager.h"
+#include "memory/backend.h"
+#include "storage/storage.h"
+
+namespace hybridkv::cache_detail {
+
+using storage::kNoPage;
+using storage::PageId;
+
+struct GroupState {
+  // Attention: pages[block * beam_width + beam]; SSM: pages[beam]. Blocks below the cache's
+  // shared_blocks hold one page in every beam entry. kNoPage: not allocated, or released.
+  std::vector<PageId> pages;
+  std::vector<std::vector<int32_t>> tables;       // per beam: GPU slots (attention groups)
+  std::vector<std::span<int32_t>> index_buffers;  // per beam, caller-owned (may be empty)
+};
+
+struct CacheRecord {
+  bool in_use = false;
+  CacheState state = CacheState::kSuspended;
+  uint64_t capacity = 0;
+  uint64_t history = 0;
+  uint32_t beam_width = 1;
+  uint64_t shared_blocks = 0;  // blocks wholly inside the prompt: one page for every beam
+  ReuseScope scope;
+  std::vector<int32_t> tokens;
+  std::vector<GroupState> groups;       // by cache group id
+  std::vector<int32_t> block_priority;  // explicit priorities by block (default elsewhere)
+  CopyEvent ready;
+};
+
+class ManagerCore {
+ public:
+  ManagerCore(StoragePlan plan, std::unique_ptr<memory::MemoryBackend> backend);
+
+  mutable std::mutex mu;
+  StoragePlan plan;
+  std::unique_ptr<memory::MemoryBackend> backend;
+  storage::Storage storage;
+  std::vector<CacheRecord> caches;
+  std::vector<uint32_t> free_ids;
+  uint64_t live_caches = 0;
+  uint64_t active_caches = 0;
+  bool shut_down = false;
+
+  // All Requires: mu held.
+  Result<uint32_t> create(const CacheOptions& options);
+  Status resume(uint32_t id);
+  Status suspend(uint32_t id);
+  Status resize(uint32_t id, uint64_t capacity, uint64_t history);
+  Status close(uint32_t id);
+  void destroy(uint32_t id);  // the handle is gone: close if open, recycle the id
+  Result<std::span<const int32_t>> block_table(uint32_t id, CacheGroupId group,
+                                               uint32_t beam) const;
+  Result<int32_t> state_index(uint32_t id, CacheGroupId group, uint32_t beam) const;
+  Status set_index_buffer(uint32_t id, CacheGroupId group, uint32_t beam,
+                          std::span<int32_t> buffer);
+  Status set_block_priority(uint32_t id, uint64_t first, uint64_t end, int32_t priority);
+  std::string check() const;
+  std::string snapshot() const;
+
+ private:
+  std::string label(uint32_t id) const;
+  Status expect_state(uint32_t id, CacheState want, const char* op) const;
+  Status check_group(uint32_t id, CacheGroupId group, uint32_t beam) const;
+  // Visits every distinct page of a cache once.
+  template <typename Fn>
+  void for_each_page(const CacheRecord& rec, Fn&& fn) const;
+  // Is block b of an attention group live at (capacity, history)?
+  bool block_needed(const CacheGroup& group, uint64_t block, uint64_t capacity,
+                    uint64_t history) const;
+  // Fresh pages per pool group that (capacity, history) needs beyond what the cache holds.
+  std::vector<uint64_t> new_pages_needed(const CacheRecord& rec, uint64_t capacity,
+                                         uint64_t history) const;
+  // Allocates those pages on the GPU (room already made) with an active ref.
+  void allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history);
+  Status check_room(const char* op, const std::vector<uint64_t>& need,
+                    const storage::Exclusions& excluded) const;
+  void rebuild_tables(CacheRecord& rec);
+  void write_index_buffers(CacheRecord& rec);
+  int32_t priority_of(const CacheRecord& rec, uint64_t block) const;
+};
+
+}  // namespace hybridkv::cache_detail

@@ -1,0 +1,196 @@
+// The none and host backends.
+#include "memory/backend.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "util/check.h"
+
+namespace hybridkv {
+
+const char* backend_kind_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kNone:
+      return "none";
+    case BackendKind::kHost:
+      return "host";
+    case BackendKind::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+}  // namespace hybridkv
+
+namespace hybridkv::memory {
+namespace {
+
+// Metadata only: copies complete at once.
+class NoneBackend final : public MemoryBackend {
+ public:
+  BackendKind kind() const override { return BackendKind::kNone; }
+  Status allocate(const StoragePlan&) override { return Status::ok(); }
+  std::byte* pool_base(TierKind, PoolGroupId, uint32_t) const override { return nullptr; }
+  CopyEvent submit(std::vector<SlotCopy> batch) override {
+    if (batch.empty()) return {};
+    return {++ticket_};
+  }
+  void wait(CopyEvent) override {}
+  bool is_complete(CopyEvent) const override { return true; }
+
+ private:
+  uint64_t ticket_ = 0;
+};
+
+// Every tier in host memory; copies run on a worker thread in submission order, so that a
+// missing wait shows up as a wrong byte in CPU tests.
+class HostBackend final : public MemoryBackend {
+ public:
+  explicit HostBackend(bool gate_closed) : gate_open_(!gate_closed) {
+    worker_ = std::thread([this] { run(); });
+  }
+  ~HostBackend() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      gate_open_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  BackendKind kind() const override { return BackendKind::kHost; }
+
+  Status allocate(const StoragePlan& plan) override {
+    for (const TierPlan& tier : plan.tiers()) {
+      if (tier.kind == TierKind::kDisk) {
+        return Status::invalid("the host backend has no DISK tier yet (file-backed tier planned)");
+      }
+      for (const PoolGroup& pg : plan.pool_groups()) {
+        for (uint32_t p = 0; p < pg.pools.size(); ++p) {
+          const uint64_t bytes = tier.slots[pg.id.value] * pg.pools[p].slot_bytes;
+          Region region;
+          region.slot_bytes = pg.pools[p].slot_bytes;
+          region.bytes.reset(new (std::nothrow) std::byte[bytes == 0 ? 1 : bytes]);
+          if (!region.bytes) {
+            return Status(StatusCode::kOutOfPages,
+                          std::string("host backend: cannot allocate ") + std::to_string(bytes) +
+                              " bytes for pool group " + std::to_string(pg.id.value) + " on " +
+                              tier_kind_name(tier.kind));
+          }
+          std::memset(region.bytes.get(), 0, bytes);
+          regions_[key(tier.kind, pg.id, p)] = std::move(region);
+          pools_per_group_[pg.id.value] = static_cast<uint32_t>(pg.pools.size());
+        }
+      }
+    }
+    return Status::ok();
+  }
+
+  std::byte* pool_base(TierKind tier, PoolGroupId pg, uint32_t pool) const override {
+    auto it = regions_.find(key(tier, pg, pool));
+    return it == regions_.end() ? nullptr : it->second.bytes.get();
+  }
+
+  CopyEvent submit(std::vector<SlotCopy> batch) override {
+    if (batch.empty()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t ticket = ++submitted_;
+    queue_.push_back({ticket, std::move(batch)});
+    cv_.notify_all();
+    return {ticket};
+  }
+
+  void wait(CopyEvent event) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return completed_ >= event.ticket; });
+  }
+
+  bool is_complete(CopyEvent event) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return completed_ >= event.ticket;
+  }
+
+  void set_copy_gate(bool open) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gate_open_ = open;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Region {
+    std::unique_ptr<std::byte[]> bytes;
+    uint64_t slot_bytes = 0;
+  };
+  struct Batch {
+    uint64_t ticket;
+    std::vector<SlotCopy> copies;
+  };
+
+  static uint64_t key(TierKind tier, PoolGroupId pg, uint32_t pool) {
+    return (static_cast<uint64_t>(tier) << 48) | (static_cast<uint64_t>(pg.value) << 16) | pool;
+  }
+
+  void run() {
+    for (;;) {
+      Batch batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || (gate_open_ && !queue_.empty()); });
+        if (queue_.empty()) return;  // stopping with nothing left
+        batch = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      for (const SlotCopy& c : batch.copies) {
+        const uint32_t pools = pools_per_group_.at(c.pool_group.value);
+        for (uint32_t p = 0; p < pools; ++p) {
+          const Region& src = regions_.at(key(c.src_tier, c.pool_group, p));
+          const Region& dst = regions_.at(key(c.dst_tier, c.pool_group, p));
+          std::memcpy(dst.bytes.get() + c.dst_slot * dst.slot_bytes,
+                      src.bytes.get() + c.src_slot * src.slot_bytes, src.slot_bytes);
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        completed_ = batch.ticket;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  // Regions are written once in allocate(), before any copy; the worker only reads the map.
+  std::unordered_map<uint64_t, Region> regions_;
+  std::unordered_map<uint32_t, uint32_t> pools_per_group_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // work for the worker
+  std::condition_variable done_cv_;  // completions for waiters
+  std::deque<Batch> queue_;
+  uint64_t submitted_ = 0;
+  uint64_t completed_ = 0;
+  bool gate_open_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& options) {
+  switch (options.kind) {
+    case BackendKind::kNone:
+      return std::unique_ptr<MemoryBackend>(new NoneBackend());
+    case BackendKind::kHost:
+      return std::unique_ptr<MemoryBackend>(new HostBackend(options.start_with_copy_gate_closed));
+    case BackendKind::kCuda:
+      return Status::invalid("backend 'cuda' is not built into this library yet");
+  }
+  return Status::invalid("unknown backend kind");
+}
+
+}  // namespace hybridkv::memory

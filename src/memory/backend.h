@@ -1,0 +1,49 @@
+// MemoryBackend: the narrow interface between metadata and bytes.
+//
+// The storage layer asks a backend for pool memory once (allocate) and then only submits batches
+// of slot copies. A slot copy moves one slot of a pool group: every pool of the group at that
+// slot index, from (tier, slot) to (tier, slot). Copies run in submission order on one queue
+// (the host backend's worker thread; the CUDA backend's copy stream), so a later copy that reads
+// what an earlier one wrote needs no extra ordering. CPU code that touches a slot waits for the
+// slot's last event first.
+//
+// Thread-safety: submit/wait/is_complete may be called from any thread; allocate once, first.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "hybridkv/memory.h"
+#include "hybridkv/plan.h"
+
+namespace hybridkv::memory {
+
+struct SlotCopy {
+  PoolGroupId pool_group;
+  TierKind src_tier = TierKind::kGpu;
+  uint32_t src_slot = 0;
+  TierKind dst_tier = TierKind::kGpu;
+  uint32_t dst_slot = 0;
+};
+
+class MemoryBackend {
+ public:
+  virtual ~MemoryBackend() = default;
+  virtual BackendKind kind() const = 0;
+  // Allocates every pool of every tier of the plan.
+  virtual Status allocate(const StoragePlan& plan) = 0;
+  // Base address of a pool on a tier; nullptr for the none backend.
+  virtual std::byte* pool_base(TierKind tier, PoolGroupId pool_group, uint32_t pool) const = 0;
+  // Queues a batch; returns its event (ticket 0 for an empty batch).
+  virtual CopyEvent submit(std::vector<SlotCopy> batch) = 0;
+  // Blocks until `event` is complete.
+  virtual void wait(CopyEvent event) = 0;
+  virtual bool is_complete(CopyEvent event) const = 0;
+  // Test hook (host backend): a closed gate holds every copy until opened.
+  virtual void set_copy_gate(bool open) { (void)open; }
+};
+
+Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& options);
+
+}  // namespace hybridkv::memory

@@ -1,0 +1,54 @@
+#include "storage/eviction_queue.h"
+
+#include "util/check.h"
+
+namespace hybridkv::storage {
+
+void EvictionQueue::push_back(PageId id) {
+  Page& p = (*pages_)[id];
+  HKV_CHECK(p.queue == QueueKind::kNone, "page %u already queued", id);
+  Bucket& b = buckets_[p.priority];
+  p.queue = kind_;
+  p.prev = b.tail;
+  p.next = kNoPage;
+  if (b.tail != kNoPage)
+    (*pages_)[b.tail].next = id;
+  else
+    b.head = id;
+  b.tail = id;
+  ++size_;
+}
+
+void EvictionQueue::remove(PageId id) {
+  Page& p = (*pages_)[id];
+  HKV_CHECK(p.queue == kind_, "page %u is not in this queue", id);
+  auto it = buckets_.find(p.priority);
+  HKV_CHECK(it != buckets_.end(), "page %u: no bucket for priority %d", id, p.priority);
+  Bucket& b = it->second;
+  if (p.prev != kNoPage)
+    (*pages_)[p.prev].next = p.next;
+  else
+    b.head = p.next;
+  if (p.next != kNoPage)
+    (*pages_)[p.next].prev = p.prev;
+  else
+    b.tail = p.prev;
+  if (b.head == kNoPage) buckets_.erase(it);
+  p.queue = QueueKind::kNone;
+  p.prev = p.next = kNoPage;
+  --size_;
+}
+
+PageId EvictionQueue::front() const {
+  return buckets_.empty() ? kNoPage : buckets_.begin()->second.head;
+}
+
+std::vector<PageId> EvictionQueue::pages_in_order() const {
+  std::vector<PageId> out;
+  for (const auto& [priority, bucket] : buckets_) {
+    for (PageId id = bucket.head; id != kNoPage; id = (*pages_)[id].next) out.push_back(id);
+  }
+  return out;
+}
+
+}  // namespace hybridkv::storage

@@ -1,0 +1,192 @@
+#include "verify/fake_engine.h"
+
+#include <cstring>
+
+namespace hybridkv::verify {
+namespace {
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+uint64_t combine(uint64_t a, uint64_t b) { return mix(a ^ mix(b)); }
+
+uint64_t fnv(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return h;
+}
+
+uint64_t scope_hash(const ReuseScope& s) {
+  return combine(combine(s.lora_id.value_or(~0ull), s.salt.value_or(~0ull)), 0x5c09e);
+}
+
+}  // namespace
+
+FakeEngine::FakeEngine(KvCacheManager& manager) : manager_(manager) {
+  const StoragePlan& plan = manager.plan();
+  buffers_.resize(plan.cache_groups().size());
+  for (const CacheGroup& g : plan.cache_groups()) {
+    for (uint32_t b : g.buffers) {
+      const PlannedBuffer& pb = plan.buffers()[b];
+      buffers_[g.id.value].push_back({pb.layer, fnv(pb.role), pb.pool_group, pb.pool, pb.offset,
+                                      pb.size,
+                                      "layer " + std::to_string(pb.layer) + " " + pb.role});
+    }
+  }
+}
+
+uint64_t FakeEngine::prefix(FakeRequest& r, uint32_t beam, uint64_t tokens) {
+  if (r.prefix_hash.size() < r.tokens.size()) r.prefix_hash.resize(r.tokens.size());
+  std::vector<uint64_t>& h = r.prefix_hash[beam];
+  if (h.empty()) h.push_back(scope_hash(r.scope));  // h[n]: hash of the first n tokens
+  while (h.size() <= tokens) {
+    h.push_back(combine(h.back(), static_cast<uint32_t>(r.tokens[beam][h.size() - 1])));
+  }
+  return h[tokens];
+}
+
+std::byte* FakeEngine::page(const Buffer& b, int32_t slot) const {
+  std::byte* base =
+      manager_.slot_address(TierKind::kGpu, b.pool_group, b.pool, static_cast<uint32_t>(slot));
+  return base == nullptr ? nullptr : base + b.offset;
+}
+
+void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed) {
+  for (uint64_t i = 0; i < n; i += 8) {
+    const uint64_t word = mix(seed + i);  // each word on its own, so checks can sample
+    std::memcpy(at + i, &word, std::min<uint64_t>(8, n - i));
+  }
+  bytes_written_ += n;
+}
+
+Status FakeEngine::check_bytes(const std::byte* at, uint64_t n, uint64_t seed,
+                               const std::string& what) {
+  const uint64_t skip_from = sample_bytes_ ? (sample_bytes_ + 7) / 8 * 8 : n;
+  const uint64_t skip_to = sample_bytes_ && n > 2 * skip_from ? (n - sample_bytes_) / 8 * 8 : 0;
+  for (uint64_t i = 0; i < n; i += 8) {
+    if (i == skip_from && skip_to > skip_from) i = skip_to;
+    const uint64_t word = mix(seed + i);
+    if (std::memcmp(at + i, &word, std::min<uint64_t>(8, n - i)) != 0) {
+      return Status::invalid("fake engine: mismatch in " + what + " at byte " + std::to_string(i));
+    }
+  }
+  return Status::ok();
+}
+
+Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
+  if (cache.state() != CacheState::kActive) {
+    return Status(StatusCode::kFailedPrecondition, "fake engine: verify needs an ACTIVE cache");
+  }
+  manager_.wait(cache.ready_event());
+  const StoragePlan& plan = manager_.plan();
+  const uint32_t tpb = plan.config().tokens_per_block;
+  const uint64_t history = cache.history();
+  const uint64_t computed = std::min<uint64_t>(r.computed, cache.capacity());
+  for (const CacheGroup& g : plan.cache_groups()) {
+    for (uint32_t beam = 0; beam < cache.beam_width(); ++beam) {
+      if (g.kind == GroupKind::kSsm) {
+        if (!r.state_written) continue;
+        const int32_t slot = *cache.state_index(g.id, beam);
+        if (slot == kBadPageIndex) {
+          return Status::invalid("fake engine: group " + std::to_string(g.id.value) + " beam " +
+                                 std::to_string(beam) + " has no state slot");
+        }
+        const uint64_t seed_base = prefix(r, beam, r.computed);
+        for (const Buffer& b : buffers_[g.id.value]) {
+          std::byte* at = page(b, slot);
+          if (at == nullptr) continue;
+          Status s =
+              check_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)),
+                          "group " + std::to_string(g.id.value) + " " + b.name + " state after " +
+                              std::to_string(r.computed) + " tokens, slot " + std::to_string(slot));
+          if (!s) return s;
+        }
+        ++pages_checked_;
+        continue;
+      }
+      const std::span<const int32_t> table = *cache.block_table(g.id, beam);
+      const uint64_t live_begin =
+          g.window ? (history > *g.window ? history - *g.window : 0) / tpb : 0;
+      for (uint64_t block = 0; block * tpb < computed; ++block) {
+        const int32_t slot = table[block];
+        if (slot == kBadPageIndex) {
+          if (block < live_begin && block >= g.sink_blocks) continue;  // stale window block
+          return Status::invalid("fake engine: group " + std::to_string(g.id.value) + " beam " +
+                                 std::to_string(beam) + " block " + std::to_string(block) +
+                                 " has no page");
+        }
+        const uint64_t end = std::min<uint64_t>((block + 1) * tpb, computed);
+        for (const Buffer& b : buffers_[g.id.value]) {
+          std::byte* at = page(b, slot);
+          if (at == nullptr) continue;
+          for (uint64_t p = block * tpb; p < end; ++p) {
+            const uint64_t j = p - block * tpb;
+            const uint64_t lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
+            Status s = check_bytes(
+                at + lo, hi - lo, combine(prefix(r, beam, p + 1), combine(b.layer, b.role_hash)),
+                "group " + std::to_string(g.id.value) + " " + b.name + " token " +
+                    std::to_string(p) + " (block " + std::to_string(block) + ", slot " +
+                    std::to_string(slot) + ")");
+            if (!s) return s;
+          }
+        }
+        ++pages_checked_;
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status FakeEngine::step(const KvCache& cache, FakeRequest& r, uint64_t upto) {
+  if (Status s = verify(cache, r); !s) return s;
+  const StoragePlan& plan = manager_.plan();
+  const uint32_t tpb = plan.config().tokens_per_block;
+  if (upto > cache.capacity() || upto < r.computed) {
+    return Status::invalid("fake engine: step to " + std::to_string(upto) + " with capacity " +
+                           std::to_string(cache.capacity()) + " and " + std::to_string(r.computed) +
+                           " computed");
+  }
+  for (uint32_t beam = 0; beam < cache.beam_width(); ++beam) {
+    if (r.tokens[beam].size() < upto) return Status::invalid("fake engine: too few tokens");
+  }
+  for (const CacheGroup& g : plan.cache_groups()) {
+    for (uint32_t beam = 0; beam < cache.beam_width(); ++beam) {
+      if (g.kind == GroupKind::kSsm) {
+        const int32_t slot = *cache.state_index(g.id, beam);
+        if (slot == kBadPageIndex) return Status::invalid("fake engine: no state slot");
+        const uint64_t seed_base = prefix(r, beam, upto);
+        for (const Buffer& b : buffers_[g.id.value]) {
+          if (std::byte* at = page(b, slot)) {
+            fill_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)));
+          }
+        }
+        continue;
+      }
+      const std::span<const int32_t> table = *cache.block_table(g.id, beam);
+      for (uint64_t p = r.computed; p < upto; ++p) {
+        const uint64_t block = p / tpb, j = p % tpb;
+        const int32_t slot = table[block];
+        if (slot == kBadPageIndex) {
+          return Status::invalid("fake engine: writing token " + std::to_string(p) + " of group " +
+                                 std::to_string(g.id.value) + ": block " + std::to_string(block) +
+                                 " has no page");
+        }
+        for (const Buffer& b : buffers_[g.id.value]) {
+          if (std::byte* at = page(b, slot)) {
+            const uint64_t lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
+            fill_bytes(at + lo, hi - lo,
+                       combine(prefix(r, beam, p + 1), combine(b.layer, b.role_hash)));
+          }
+        }
+      }
+    }
+  }
+  r.computed = upto;
+  r.state_written = true;
+  return Status::ok();
+}
+
+}  // namespace hybridkv::verify

@@ -1,0 +1,69 @@
+// FakeEngine: stands in for the model kernels and proves that every page holds what it should.
+//
+// It writes into every page it is given bytes derived from (scope, token prefix, layer, role,
+// position): the KV of token p depends on the scope and tokens [0, p]; an SSM state after n
+// tokens depends on the scope and tokens [0, n). On every step it first checks every page the
+// step would read, so a misplaced, stale, lost or overwritten page shows up as a mismatch that
+// names the group, layer, role, block and slot.
+//
+// Thread-safety: one engine per thread; it calls the manager's thread-safe API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hybridkv/manager.h"
+
+namespace hybridkv::verify {
+
+struct FakeRequest {
+  ReuseScope scope;
+  std::vector<std::vector<int32_t>> tokens;        // per beam: prompt then generated tokens
+  uint64_t computed = 0;                           // tokens whose KV and state are written
+  bool state_written = false;                      // false until the first step wrote the states
+  std::vector<std::vector<uint64_t>> prefix_hash;  // per beam, filled by the engine
+};
+
+class FakeEngine {
+ public:
+  explicit FakeEngine(KvCacheManager& manager);
+
+  // Checks at most this many bytes at each end of every token region and state (0: all bytes).
+  // Writes always cover every byte. Sampling keeps long randomized runs fast; whole pages move
+  // between slots, so a misplaced page still shows at its first bytes.
+  void set_sampled_check(uint64_t bytes_per_end) { sample_bytes_ = bytes_per_end; }
+
+  // Waits for the cache's pages, checks what the step reads, then writes KV for tokens
+  // [computed, upto) and the states after `upto` tokens. Requires: ACTIVE, capacity >= upto,
+  // upto <= tokens of every beam.
+  Status step(const KvCache& cache, FakeRequest& request, uint64_t upto);
+  // Waits for the cache's pages and checks every resident page.
+  Status verify(const KvCache& cache, FakeRequest& request);
+
+  uint64_t pages_checked() const { return pages_checked_; }
+  uint64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  struct Buffer {
+    LayerId layer;
+    uint64_t role_hash;
+    PoolGroupId pool_group;
+    uint32_t pool;
+    uint64_t offset;
+    uint64_t size;
+    std::string name;
+  };
+  uint64_t prefix(FakeRequest& r, uint32_t beam, uint64_t tokens);
+  std::byte* page(const Buffer& b, int32_t slot) const;
+  Status check_bytes(const std::byte* at, uint64_t n, uint64_t seed, const std::string& what);
+  void fill_bytes(std::byte* at, uint64_t n, uint64_t seed);
+
+  KvCacheManager& manager_;
+  std::vector<std::vector<Buffer>> buffers_;  // by cache group
+  uint64_t sample_bytes_ = 0;
+  uint64_t pages_checked_ = 0;
+  uint64_t bytes_written_ = 0;
+};
+
+}  // namespace hybridkv::verify

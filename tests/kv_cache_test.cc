@@ -1,0 +1,455 @@
+// The KvCache lifecycle through the fake engine: tiers, eviction, all-or-nothing failures,
+// windows, beams, bounds, index buffers, priorities, copy ordering and threads.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "lifecycle_fixture.h"
+
+namespace hybridkv {
+namespace {
+
+using testing::advance;
+using testing::LifecycleModel;
+using testing::make_manager;
+using testing::make_request;
+using testing::random_tokens;
+using testing::Request;
+
+constexpr CacheGroupId kSsm(0), kPrivate(1), kFull(2), kWindow(3);
+
+std::vector<int32_t> table_of(const KvCache& cache, CacheGroupId group, uint32_t beam = 0) {
+  Result<std::span<const int32_t>> t = cache.block_table(group, beam);
+  EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+  return t.is_ok() ? std::vector<int32_t>(t->begin(), t->end()) : std::vector<int32_t>{};
+}
+
+class Lifecycle : public ::testing::Test {
+ protected:
+  void SetUp() override { rng_.seed(1234); }
+  void expect_clean(const KvCacheManager& m) { EXPECT_EQ(m.check_invariants(), ""); }
+  std::mt19937_64 rng_;
+};
+
+TEST_F(Lifecycle, PlanOfTheTestModel) {
+  auto m = make_manager(LifecycleModel{});
+  const StoragePlan& plan = m->plan();
+  ASSERT_EQ(plan.cache_groups().size(), 4u);
+  EXPECT_EQ(plan.cache_group(kPrivate).policy, ReusePolicy::kPrivate);
+  EXPECT_EQ(plan.cache_group(kWindow).window, 48u);
+  EXPECT_EQ(plan.pool_groups().size(), 3u);  // full and window share [8192]
+  EXPECT_EQ(plan.slots(TierKind::kGpu, PoolGroupId(0)), 6u);
+  EXPECT_EQ(plan.slots(TierKind::kGpu, PoolGroupId(2)), 239u);
+}
+
+TEST_F(Lifecycle, ComputeSuspendResumeKeepsEveryByte) {
+  auto m = make_manager(LifecycleModel{});
+  verify::FakeEngine engine(*m);
+  Request r = make_request(*m, random_tokens(rng_, 300), 200);
+  ASSERT_TRUE(r.cache->resume({}).is_ok());
+  ASSERT_TRUE(advance(engine, r, 200).is_ok());
+  ASSERT_TRUE(advance(engine, r, 201).is_ok());
+  ASSERT_TRUE(r.cache->suspend().is_ok());
+  EXPECT_EQ(*r.cache->state_index(kSsm), kBadPageIndex);
+  ASSERT_TRUE(r.cache->resume({}).is_ok());
+  ASSERT_TRUE(engine.verify(*r.cache, r.fake).is_ok());
+  ASSERT_TRUE(advance(engine, r, 250).is_ok());
+  expect_clean(*m);
+  ASSERT_TRUE(r.cache->close().is_ok());
+  expect_clean(*m);
+  const StorageStats stats = m->storage_stats();
+  for (const PoolGroupStorage& pg : stats.tiers[0].pool_groups)
+    EXPECT_EQ(pg.free_slots, pg.total_slots);
+}
+
+TEST_F(Lifecycle, SuspendedPagesMoveToHostAndComeBackIntoOtherSlots) {
+  auto m = make_manager(LifecycleModel{});
+  verify::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 700), 600);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(advance(engine, a, 600).is_ok());
+  ASSERT_TRUE(a.cache->suspend().is_ok());
+  (void)m->take_iteration_stats();
+
+  // Others take the GPU: A's held pages are demoted to the host tier.
+  std::vector<Request> others;
+  for (int i = 0; i < 5; ++i) {
+    others.push_back(make_request(*m, random_tokens(rng_, 700), 600));
+    Request& o = others.back();
+    ASSERT_TRUE(o.cache->resume({}).is_ok()) << i;
+    ASSERT_TRUE(advance(engine, o, 600).is_ok()) << i;
+    ASSERT_TRUE(o.cache->suspend().is_ok());
+  }
+  const IterationStats offload = m->take_iteration_stats();
+  EXPECT_GT(offload.pages_offloaded, 0u);
+  EXPECT_GT(offload.bytes_offloaded, 0u);
+
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  const IterationStats onboard = m->take_iteration_stats();
+  EXPECT_GT(onboard.pages_onboarded, 0u);
+  EXPECT_EQ(onboard.resumes, 1u);
+  // Attention, SSM and PRIVATE pages all came back, and the fake engine finds every byte.
+  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  // (The randomized test counts how often resumed pages land in other slots.)
+  ASSERT_TRUE(advance(engine, a, 650).is_ok());
+  expect_clean(*m);
+}
+
+TEST_F(Lifecycle, RefusedResumeLeavesCacheSuspendedAndNothingChanged) {
+  LifecycleModel model;
+  model.host_quota = 0;  // nowhere to demote: held states keep the 6 GPU SSM slots
+  auto m = make_manager(model);
+  verify::FakeEngine engine(*m);
+  std::vector<Request> held;
+  Status refused;
+  for (int i = 0; i < 10 && refused.is_ok(); ++i) {
+    held.push_back(make_request(*m, random_tokens(rng_, 40), 40));
+    Request& r = held.back();
+    const std::string before = m->debug_snapshot();
+    refused = r.cache->resume({});
+    if (!refused.is_ok()) {
+      EXPECT_EQ(m->debug_snapshot(), before);
+      EXPECT_EQ(r.cache->state(), CacheState::kSuspended);
+      EXPECT_EQ(i, 6);
+      break;
+    }
+    ASSERT_TRUE(advance(engine, r, 40).is_ok());
+    ASSERT_TRUE(r.cache->suspend().is_ok());
+  }
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.code(), StatusCode::kOutOfPages) << refused.to_string();
+  EXPECT_NE(refused.message().find("resume: pool group 0 (GPU) needs 1 more slots; 0 of 6"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_EQ(m->take_iteration_stats().refused_resumes, 1u);
+  expect_clean(*m);
+  // The held requests are intact.
+  held.pop_back();
+  for (Request& r : held) {
+    ASSERT_TRUE(r.cache->resume({}).is_ok());
+    ASSERT_TRUE(engine.verify(*r.cache, r.fake).is_ok());
+    ASSERT_TRUE(r.cache->close().is_ok());
+  }
+}
+
+TEST_F(Lifecycle, ResumeIsRefusedAboveUtilGate) {
+  LifecycleModel model;
+  model.host_quota = 0;
+  auto m = make_manager(model);
+  // 6 SSM slots at 0.97: five requests may be active, the sixth resume is refused by the gate.
+  std::vector<Request> active;
+  for (int i = 0; i < 5; ++i) {
+    active.push_back(make_request(*m, random_tokens(rng_, 10), 10));
+    ASSERT_TRUE(active.back().cache->resume({}).is_ok()) << i;
+  }
+  Request extra = make_request(*m, random_tokens(rng_, 10), 10);
+  const std::string before = m->debug_snapshot();
+  const Status s = extra.cache->resume({});
+  EXPECT_EQ(s.code(), StatusCode::kRefused) << s.to_string();
+  EXPECT_NE(s.message().find("pool group 0 (GPU) would have 6 of 6 slots locked"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(m->debug_snapshot(), before);
+}
+
+TEST_F(Lifecycle, OutOfPagesInResizeRollsBackExactly) {
+  LifecycleModel model;
+  model.host_quota = 0;
+  auto m = make_manager(model);
+  verify::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 5000), 100);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(advance(engine, a, 100).is_ok());
+  const std::string before = m->debug_snapshot();
+  // 239 attention slots; the window needs 4 of them: 240 full blocks do not fit.
+  const Status s = a.cache->resize(240 * 16, 100);
+  ASSERT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
+  EXPECT_NE(s.message().find("resize: pool group 2 (GPU) needs"), std::string::npos) << s.message();
+  EXPECT_EQ(m->debug_snapshot(), before);
+  EXPECT_EQ(a.cache->capacity(), 100u);
+  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  expect_clean(*m);
+}
+
+TEST_F(Lifecycle, QuotaTooSmallForOneRequestFailsNamingThePoolGroup) {
+  auto m = make_manager(LifecycleModel{});
+  Request a = make_request(*m, random_tokens(rng_, 10), 10);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  const Status s = a.cache->resize(1'000'000, 0);
+  ASSERT_EQ(s.code(), StatusCode::kOutOfPages);
+  EXPECT_NE(s.message().find("pool group 2"), std::string::npos) << s.message();
+  EXPECT_EQ(a.cache->capacity(), 0u);
+}
+
+TEST_F(Lifecycle, SlidingWindowReleasesStaleBlocks) {
+  auto m = make_manager(LifecycleModel{});
+  verify::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 400), 10);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  for (uint64_t t = 16; t <= 320; t += 16) ASSERT_TRUE(advance(engine, a, t).is_ok());
+  ASSERT_TRUE(a.cache->resize(320, 320).is_ok());
+  // history 320, window 48: tokens from 272 on are read -> blocks 17.. stay, 0..16 are released.
+  const auto window = table_of(*a.cache, kWindow);
+  ASSERT_EQ(window.size(), 20u);
+  for (size_t b = 0; b < 17; ++b) EXPECT_EQ(window[b], kBadPageIndex) << b;
+  for (size_t b = 17; b < 20; ++b) EXPECT_NE(window[b], kBadPageIndex) << b;
+  for (int32_t slot : table_of(*a.cache, kFull)) EXPECT_NE(slot, kBadPageIndex);
+  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  expect_clean(*m);
+}
+
+TEST_F(Lifecycle, BeamsGetTheirOwnPagesPastThePrompt) {
+  auto m = make_manager(LifecycleModel{});
+  verify::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 100), 40, 3);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(advance(engine, a, 40).is_ok());
+  ASSERT_TRUE(advance(engine, a, 90).is_ok());
+  const auto b0 = table_of(*a.cache, kFull, 0);
+  const auto b1 = table_of(*a.cache, kFull, 1);
+  EXPECT_EQ(b0[0], b1[0]);  // the prompt's full blocks are shared
+  EXPECT_EQ(b0[1], b1[1]);
+  EXPECT_NE(b0[2], b1[2]);  // block 2 holds tokens 32..47: past the prompt's full blocks
+  EXPECT_NE(*a.cache->state_index(kSsm, 0), *a.cache->state_index(kSsm, 2));
+  ASSERT_TRUE(a.cache->suspend().is_ok());
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  EXPECT_FALSE(a.cache->block_table(kFull, 3).is_ok());
+  expect_clean(*m);
+}
+
+TEST_F(Lifecycle, BeamsAreRefusedWithAFixedPrivatePool) {
+  LifecycleModel model;
+  model.max_live = 4;
+  auto m = make_manager(model);
+  CacheOptions o;
+  o.beam_width = 2;
+  Result<std::unique_ptr<KvCache>> c = m->create_kv_cache(o);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kRefused);
+  EXPECT_NE(c.status().message().find("fixed PRIVATE pool"), std::string::npos);
+}
+
+TEST_F(Lifecycle, MaxLiveKvCachesBoundsActivePlusSuspended) {
+  LifecycleModel model;
+  model.max_live = 3;
+  auto m = make_manager(model);
+  EXPECT_TRUE(m->plan().pool_groups()[1].fixed_private);
+  EXPECT_EQ(m->plan().slots(TierKind::kGpu, PoolGroupId(1)), 4u);  // ceil(3 / 0.97)
+  std::vector<Request> live;
+  for (int i = 0; i < 3; ++i) live.push_back(make_request(*m, random_tokens(rng_, 5), 5));
+  ASSERT_TRUE(live[0].cache->resume({}).is_ok());
+  Result<std::unique_ptr<KvCache>> fourth = m->create_kv_cache({});
+  ASSERT_FALSE(fourth.is_ok());
+  EXPECT_EQ(fourth.status().code(), StatusCode::kRefused);
+  ASSERT_TRUE(live[1].cache->close().is_ok());
+  EXPECT_TRUE(m->create_kv_cache({}).is_ok());  // closing made room (the new one is destroyed)
+}
+
+TEST_F(Lifecycle, MisuseGetsAClearErrorAndChangesNothing) {
+  auto m = make_manager(LifecycleModel{});
+  verify::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 100), 50);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(advance(engine, a, 50).is_ok());
+  ASSERT_TRUE(a.cache->resize(60, 50).is_ok());
+  const std::string before = m->debug_snapshot();
+  struct Case {
+    const char* what;
+    std::function<Status()> call;
+    StatusCode code;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"unknown group", [&] { return a.cache->block_table(CacheGroupId(9)).status(); },
+       StatusCode::kNotFound, "unknown cache group 9"},
+      {"ssm table", [&] { return a.cache->block_table(kSsm).status(); },
+       StatusCode::kInvalidArgument, "is an SSM group"},
+      {"history above capacity", [&] { return a.cache->resize(60, 61); },
+       StatusCode::kInvalidArgument, "history 61 must be <= capacity 60"},
+      {"shrinking history", [&] { return a.cache->resize(60, 40); }, StatusCode::kInvalidArgument,
+       "history 40 is below the current history 50"},
+      {"resume of an active cache", [&] { return a.cache->resume({}); },
+       StatusCode::kFailedPrecondition, "resume needs a SUSPENDED cache, it is ACTIVE"},
+      {"small index buffer",
+       [&] {
+         std::vector<int32_t> small(2);
+         return a.cache->set_index_buffer(kFull, 0, small);
+       },
+       StatusCode::kInvalidArgument, "index buffer of 2 entries"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Status s = c.call();
+    EXPECT_EQ(s.code(), c.code) << s.to_string();
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << s.message();
+    EXPECT_EQ(m->debug_snapshot(), before);
+  }
+  ASSERT_TRUE(a.cache->close().is_ok());
+  const std::string closed = m->debug_snapshot();
+  EXPECT_EQ(a.cache->close().code(), StatusCode::kFailedPrecondition);  // double close
+  EXPECT_EQ(a.cache->resume({}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.cache->resize(10, 0).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m->debug_snapshot(), closed);
+}
+
+TEST_F(Lifecycle, IndexBuffersFollowLockAndUnlock) {
+  auto m = make_manager(LifecycleModel{});
+  verify::FakeEngine engine(*m);
+  std::vector<int32_t> full(16, 7), state(1, 7);  // outlive the cache that writes them
+  Request a = make_request(*m, random_tokens(rng_, 100), 50);
+  ASSERT_TRUE(a.cache->set_index_buffer(kFull, 0, full).is_ok());
+  ASSERT_TRUE(a.cache->set_index_buffer(kSsm, 0, state).is_ok());
+  EXPECT_EQ(full[0], kBadPageIndex);  // suspended: nothing resident
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(advance(engine, a, 50).is_ok());
+  const auto table = table_of(*a.cache, kFull);
+  for (size_t b = 0; b < table.size(); ++b) EXPECT_EQ(full[b], table[b]);
+  EXPECT_EQ(full[table.size()], kBadPageIndex);
+  EXPECT_EQ(state[0], *a.cache->state_index(kSsm));
+  ASSERT_TRUE(a.cache->suspend().is_ok());
+  EXPECT_EQ(full[0], kBadPageIndex);
+  EXPECT_EQ(state[0], kBadPageIndex);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  EXPECT_EQ(full[0], table_of(*a.cache, kFull)[0]);
+  EXPECT_FALSE(a.cache->resize(17 * 16, 50).is_ok());  // the buffer holds 16 blocks
+}
+
+// Tiers of the pages of one cache's group, by block, read off the debug snapshot.
+std::vector<std::string> block_tiers(const std::string& snapshot, int cache, int group) {
+  std::map<int64_t, std::string> tier_of;
+  std::istringstream in(snapshot);
+  std::string line;
+  std::vector<std::string> out;
+  int current = -1, group_line = 0;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string w;
+    words >> w;
+    if (w == "page") {
+      int64_t id;
+      std::string g, where;
+      words >> id >> g >> where;
+      tier_of[id] = where.substr(0, where.find(':'));
+    } else if (w == "cache") {
+      words >> current;
+      group_line = 0;
+    } else if (w == "pages" && current == cache && group_line++ == group) {
+      int64_t id;
+      while (words >> id) out.push_back(id < 0 ? "-" : tier_of[id]);
+    }
+  }
+  return out;
+}
+
+TEST_F(Lifecycle, LowPriorityBlocksAreEvictedFirst) {
+  auto m = make_manager(LifecycleModel{});
+  verify::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 200), 160);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(advance(engine, a, 160).is_ok());
+  ASSERT_TRUE(a.cache->set_block_priority(5, 8, 1).is_ok());
+  ASSERT_TRUE(a.cache->suspend().is_ok());
+  // Another request needs all free attention slots and three more: three of A's pages go to
+  // the host, and they are the low-priority ones, not the least recently used.
+  Request b = make_request(*m, random_tokens(rng_, 5000), 5000);
+  ASSERT_TRUE(b.cache->resume({}).is_ok());
+  const uint64_t free_now = m->storage_stats().tiers[0].pool_groups[2].free_slots;
+  ASSERT_EQ((free_now + 3) % 2, 0u);  // full and window blocks come in pairs at history 0
+  ASSERT_TRUE(b.cache->resize((free_now + 3) / 2 * 16, 0).is_ok());
+  const std::vector<std::string> tiers = block_tiers(m->debug_snapshot(), 0, 2);
+  ASSERT_EQ(tiers.size(), 10u);
+  for (size_t block = 0; block < tiers.size(); ++block) {
+    EXPECT_EQ(tiers[block], block >= 5 && block < 8 ? "HOST" : "GPU") << "block " << block;
+  }
+  ASSERT_TRUE(b.cache->close().is_ok());
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+}
+
+TEST_F(Lifecycle, ShutdownIsRefusedWhileCachesAreOpen) {
+  auto m = make_manager(LifecycleModel{});
+  Request a = make_request(*m, random_tokens(rng_, 5), 5);
+  EXPECT_EQ(m->shutdown().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(a.cache->close().is_ok());
+  EXPECT_TRUE(m->shutdown().is_ok());
+  EXPECT_FALSE(m->create_kv_cache({}).is_ok());
+}
+
+TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
+  BackendOptions backend;
+  backend.start_with_copy_gate_closed = true;
+  auto m = make_manager(LifecycleModel{}, backend);
+  m->set_copy_gate(true);
+  verify::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 700), 600);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_TRUE(advance(engine, a, 600).is_ok());
+  ASSERT_TRUE(a.cache->suspend().is_ok());
+  std::vector<Request> others;
+  for (int i = 0; i < 5; ++i) {
+    others.push_back(make_request(*m, random_tokens(rng_, 700), 600));
+    ASSERT_TRUE(others.back().cache->resume({}).is_ok());
+    ASSERT_TRUE(advance(engine, others.back(), 600).is_ok());
+    ASSERT_TRUE(others.back().cache->suspend().is_ok());
+  }
+  // Hold every copy: A's pages come back from the host only when the gate opens.
+  m->set_copy_gate(false);
+  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  EXPECT_GT(m->take_iteration_stats().pages_onboarded, 0u);
+  const CopyEvent ready = a.cache->ready_event();
+  EXPECT_GT(ready.ticket, 0u);
+  // Reading now, without waiting, finds the wrong bytes: the copy has not run.
+  verify::FakeEngine eager(*m);
+  const auto table = table_of(*a.cache, kFull);
+  const std::byte* first = m->slot_address(TierKind::kGpu, PoolGroupId(2), 0, table[0]);
+  std::vector<std::byte> seen(first, first + 64);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    m->set_copy_gate(true);
+  });
+  // verify() waits for the ready event, so it sees the copied bytes.
+  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  opener.join();
+  const std::vector<std::byte> now(first, first + 64);
+  EXPECT_NE(seen, now) << "the slot changed when the held copy ran";
+}
+
+TEST_F(Lifecycle, ConcurrentRequestsOnThreads) {
+  auto m = make_manager(LifecycleModel{});
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      verify::FakeEngine engine(*m);
+      for (int i = 0; i < 30 && !failed; ++i) {
+        Request r = make_request(*m, random_tokens(rng, 200), 100);
+        if (!r.cache->resume({}).is_ok()) continue;
+        for (uint64_t n = 20; n <= 200; n += 20) {
+          if (!advance(engine, r, n).is_ok()) break;
+          if (n == 100) {
+            if (!r.cache->suspend().is_ok()) failed = true;
+            while (!r.cache->resume({}).is_ok()) std::this_thread::yield();
+            if (!engine.verify(*r.cache, r.fake).is_ok()) failed = true;
+          }
+        }
+        if (!r.cache->close().is_ok()) failed = true;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = 0; i < 200; ++i) {
+      if (!m->check_invariants().empty()) failed = true;
+      (void)m->storage_stats();
+    }
+  });
+  for (std::thread& t : threads) t.join();
+  EXPECT_FALSE(failed);
+  expect_clean(*m);
+}
+
+}  // namespace
+}  // namespace hybridkv

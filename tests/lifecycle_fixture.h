@@ -1,0 +1,93 @@
+// A small hybrid model for lifecycle tests: one SSM layer (state, conv, and a PRIVATE replay
+// row), one full-attention layer and one sliding-window layer, with a fake engine to drive it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+
+#include "hybridkv/manager.h"
+#include "verify/fake_engine.h"
+
+namespace hybridkv::testing {
+
+struct LifecycleModel {
+  uint32_t tokens_per_block = 16;
+  uint64_t kv_bytes = 4096;  // per page, key and value each
+  uint32_t window = 48;
+  uint64_t gpu_quota = 2ull << 20;
+  uint64_t host_quota = 4ull << 20;
+  bool private_replay = true;
+  std::optional<uint32_t> max_live;
+  std::optional<std::vector<double>> pool_ratio;
+};
+
+inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
+  ManagerConfig c;
+  c.tokens_per_block = m.tokens_per_block;
+  SsmLayerConfig ssm;
+  ssm.id = 0;
+  ssm.buffers = {{"ssm_state", 16384, {}, DType::kF32}, {"conv_state", 4096, {}, DType::kBF16}};
+  if (m.private_replay) ssm.buffers.push_back({"replay_row", 256, ReusePolicy::kPrivate, {}});
+  c.ssm_layers.push_back(ssm);
+  AttentionLayerConfig full;
+  full.id = 1;
+  full.buffers = {{"key", m.kv_bytes, {}, {}}, {"value", m.kv_bytes, {}, {}}};
+  AttentionLayerConfig window = full;
+  window.id = 2;
+  window.window = m.window;
+  c.attention_layers = {full, window};
+  c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
+  if (m.host_quota) c.tiers.push_back({TierKind::kHost, m.host_quota, ""});
+  c.max_live_kv_caches = m.max_live;
+  c.pool_ratio = m.pool_ratio;
+  c.typical_step = BatchShape{std::vector<RequestShape>(4, {512, 511}), {}};
+  return c;
+}
+
+inline std::unique_ptr<KvCacheManager> make_manager(const LifecycleModel& m,
+                                                    BackendOptions backend = {}) {
+  Result<std::unique_ptr<KvCacheManager>> manager =
+      KvCacheManager::create(lifecycle_config(m), backend);
+  EXPECT_TRUE(manager.is_ok()) << manager.status().to_string();
+  return manager.is_ok() ? std::move(manager).value() : nullptr;
+}
+
+inline std::vector<int32_t> random_tokens(std::mt19937_64& rng, size_t n) {
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % 50000);
+  return t;
+}
+
+// One request: its cache and the engine's view of it.
+struct Request {
+  std::unique_ptr<KvCache> cache;
+  verify::FakeRequest fake;
+  std::vector<int32_t> slots_at_suspend;
+};
+
+inline Request make_request(KvCacheManager& manager, std::vector<int32_t> tokens, size_t prompt_len,
+                            uint32_t beams = 1) {
+  Request r;
+  CacheOptions o;
+  o.input_tokens.assign(tokens.begin(), tokens.begin() + static_cast<int64_t>(prompt_len));
+  o.beam_width = beams;
+  Result<std::unique_ptr<KvCache>> cache = manager.create_kv_cache(o);
+  EXPECT_TRUE(cache.is_ok()) << cache.status().to_string();
+  if (cache.is_ok()) r.cache = std::move(cache).value();
+  r.fake.tokens.assign(beams, tokens);
+  for (uint32_t b = 1; b < beams; ++b) {
+    for (size_t i = prompt_len; i < tokens.size(); ++i)
+      r.fake.tokens[b][i] += static_cast<int32_t>(b);
+  }
+  return r;
+}
+
+// Grows the cache to `upto` tokens and computes them with the fake engine.
+inline Status advance(verify::FakeEngine& engine, Request& r, uint64_t upto) {
+  if (Status s = r.cache->resize(upto, r.fake.computed); !s) return s;
+  return engine.step(*r.cache, r.fake, upto);
+}
+
+}  // namespace hybridkv::testing

@@ -72,7 +72,7 @@ bool ManagerCore::block_needed(const CacheGroup& group, uint64_t block, uint64_t
 }
 
 std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint64_t capacity,
-                                                    uint64_t history) const {
+                                                    uint64_t history, uint64_t from_block) const {
   std::vector<uint64_t> need(plan.pool_groups().size(), 0);
   for (const CacheGroup& g : plan.cache_groups()) {
     const GroupState& gs = rec.groups[g.id.value];
@@ -82,7 +82,7 @@ std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint
     }
     const uint64_t blocks = blocks_for(capacity, plan.config().tokens_per_block);
     const uint64_t have = gs.pages.size() / rec.beam_width;
-    for (uint64_t b = 0; b < blocks; ++b) {
+    for (uint64_t b = from_block; b < blocks; ++b) {
       if (!block_needed(g, b, capacity, history)) continue;
       const uint32_t beams = b < rec.shared_blocks ? 1 : rec.beam_width;
       for (uint32_t k = 0; k < beams; ++k) {
@@ -97,7 +97,8 @@ int32_t ManagerCore::priority_of(const CacheRecord& rec, uint64_t block) const {
   return block < rec.block_priority.size() ? rec.block_priority[block] : storage::kDefaultPriority;
 }
 
-void ManagerCore::allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history) {
+void ManagerCore::allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history,
+                                 uint64_t from_block) {
   auto fresh = [&](CacheGroupId group, int32_t priority) {
     const PageId id = storage.allocate(group, kGpu);
     storage::Page& p = storage.page(id);
@@ -118,7 +119,7 @@ void ManagerCore::allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t h
     const uint64_t blocks = blocks_for(capacity, plan.config().tokens_per_block);
     if (gs.pages.size() < blocks * rec.beam_width)
       gs.pages.resize(blocks * rec.beam_width, kNoPage);
-    for (uint64_t b = 0; b < blocks; ++b) {
+    for (uint64_t b = from_block; b < blocks; ++b) {
       if (!block_needed(g, b, capacity, history)) continue;
       PageId* row = &gs.pages[b * rec.beam_width];
       if (b < rec.shared_blocks) {
@@ -238,7 +239,7 @@ Status ManagerCore::resume(uint32_t id) {
   if (Status s = expect_state(id, CacheState::kSuspended, "resume"); !s) return s;
   CacheRecord& rec = caches[id];
   // What the resume needs per pool group: fresh pages, and held pages to bring to the GPU.
-  std::vector<uint64_t> need = new_pages_needed(rec, rec.capacity, rec.history);
+  std::vector<uint64_t> need = new_pages_needed(rec, rec.capacity, rec.history, 0);
   std::vector<uint64_t> gpu_own_queued(plan.pool_groups().size(), 0);
   storage::Exclusions excluded = storage.empty_exclusions();
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
@@ -289,7 +290,7 @@ Status ManagerCore::resume(uint32_t id) {
     ++p.active_refs;
   }
   for (PageId pid : own) storage.unpin(pid);
-  allocate_pages(rec, rec.capacity, rec.history);
+  allocate_pages(rec, rec.capacity, rec.history, 0);
   const CopyEvent moved = storage.flush();
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
     if (storage.page(pid).ready.ticket > rec.ready.ticket) rec.ready = storage.page(pid).ready;
@@ -344,38 +345,68 @@ Status ManagerCore::resize(uint32_t id, uint64_t capacity, uint64_t history) {
       }
     }
   }
-  const std::vector<uint64_t> need = new_pages_needed(rec, capacity, history);
+  // Blocks below `have` already hold every page they will ever need (released blocks are never
+  // needed again: history only grows), so a resize looks only at what changes. This keeps a
+  // decode step O(groups), not O(blocks).
+  const uint64_t have = rec.attention_blocks;
+  const std::vector<uint64_t> need = new_pages_needed(rec, capacity, history, have);
   if (Status s = check_room("resize", need, storage.empty_exclusions()); !s) {
     return Status(s.code(), label(id) + ": " + s.message());
   }
   for (const PoolGroup& pg : plan.pool_groups()) {
     if (need[pg.id.value]) storage.make_room(kGpu, pg.id, need[pg.id.value]);
   }
-  allocate_pages(rec, capacity, history);
-  // Release blocks past the new capacity and window blocks that no step reads any more.
+  allocate_pages(rec, capacity, history, have);
+  const uint32_t tpb = plan.config().tokens_per_block;
+  auto release_block = [&](GroupState& gs, uint64_t b) {
+    PageId* row = &gs.pages[b * rec.beam_width];
+    const uint32_t beams = b < rec.shared_blocks ? 1 : rec.beam_width;
+    for (uint32_t k = 0; k < beams; ++k) {
+      if (row[k] == kNoPage) continue;
+      --storage.page(row[k]).active_refs;
+      storage.refresh(row[k]);
+    }
+    std::fill(row, row + rec.beam_width, kNoPage);
+  };
   for (const CacheGroup& g : plan.cache_groups()) {
     if (g.kind == GroupKind::kSsm) continue;
     GroupState& gs = rec.groups[g.id.value];
-    const uint64_t have = gs.pages.size() / rec.beam_width;
-    for (uint64_t b = 0; b < have; ++b) {
-      if (block_needed(g, b, capacity, history)) continue;
-      PageId* row = &gs.pages[b * rec.beam_width];
-      const uint32_t beams = b < rec.shared_blocks ? 1 : rec.beam_width;
-      for (uint32_t k = 0; k < beams; ++k) {
-        if (row[k] == kNoPage) continue;
-        --storage.page(row[k]).active_refs;
-        storage.refresh(row[k]);
+    // Window blocks that no step reads any more.
+    if (g.window) {
+      const uint64_t live_begin = (history > *g.window ? history - *g.window : 0) / tpb;
+      const uint64_t stale_end = std::min(live_begin, have);
+      for (uint64_t b = std::max<uint64_t>(gs.stale_from, g.sink_blocks); b < stale_end; ++b) {
+        release_block(gs, b);
+        set_table_entries(rec, g, b, b + 1);
       }
-      std::fill(row, row + rec.beam_width, kNoPage);
+      gs.stale_from = std::max(gs.stale_from, stale_end);
     }
-    if (have > blocks) gs.pages.resize(blocks * rec.beam_width);
+    // Blocks past a smaller capacity.
+    for (uint64_t b = blocks; b < have; ++b) release_block(gs, b);
+    gs.pages.resize(blocks * rec.beam_width, kNoPage);
+    for (uint32_t k = 0; k < rec.beam_width; ++k) gs.tables[k].resize(blocks, kBadPageIndex);
+    if (blocks > have) set_table_entries(rec, g, have, blocks);
   }
+  rec.attention_blocks = blocks;
   const CopyEvent moved = storage.flush();
   if (moved.ticket > rec.ready.ticket) rec.ready = moved;
   rec.capacity = capacity;
   rec.history = history;
-  rebuild_tables(rec);
   return Status::ok();
+}
+
+void ManagerCore::set_table_entries(CacheRecord& rec, const CacheGroup& g, uint64_t from,
+                                    uint64_t to) {
+  GroupState& gs = rec.groups[g.id.value];
+  for (uint32_t k = 0; k < rec.beam_width; ++k) {
+    std::vector<int32_t>& table = gs.tables[k];
+    std::span<int32_t> buffer = gs.index_buffers[k];
+    for (uint64_t b = from; b < to; ++b) {
+      const PageId id = gs.pages[b * rec.beam_width + k];
+      table[b] = id == kNoPage ? kBadPageIndex : static_cast<int32_t>(storage.page(id).slot);
+      if (b < buffer.size()) buffer[b] = table[b];
+    }
+  }
 }
 
 Status ManagerCore::close(uint32_t id) {

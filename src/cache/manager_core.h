@@ -22,6 +22,7 @@ struct GroupState {
   std::vector<PageId> pages;
   std::vector<std::vector<int32_t>> tables;       // per beam: GPU slots (attention groups)
   std::vector<std::span<int32_t>> index_buffers;  // per beam, caller-owned (may be empty)
+  uint64_t stale_from = 0;  // window groups: blocks below this were released as stale
 };
 
 struct CacheRecord {
@@ -33,6 +34,7 @@ struct CacheRecord {
   uint64_t shared_blocks = 0;  // blocks wholly inside the prompt: one page for every beam
   ReuseScope scope;
   std::vector<int32_t> tokens;
+  uint64_t attention_blocks = 0;        // blocks of every attention group's pages vector
   std::vector<GroupState> groups;       // by cache group id
   std::vector<int32_t> block_priority;  // explicit priorities by block (default elsewhere)
   CopyEvent ready;
@@ -79,10 +81,13 @@ class ManagerCore {
   bool block_needed(const CacheGroup& group, uint64_t block, uint64_t capacity,
                     uint64_t history) const;
   // Fresh pages per pool group that (capacity, history) needs beyond what the cache holds.
+  // Only blocks from `from_block` on are looked at.
   std::vector<uint64_t> new_pages_needed(const CacheRecord& rec, uint64_t capacity,
-                                         uint64_t history) const;
+                                         uint64_t history, uint64_t from_block) const;
   // Allocates those pages on the GPU (room already made) with an active ref.
-  void allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history);
+  void allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history, uint64_t from_block);
+  // Block-table (and index-buffer) entries [from, to) of an attention group, every beam.
+  void set_table_entries(CacheRecord& rec, const CacheGroup& g, uint64_t from, uint64_t to);
   Status check_room(const char* op, const std::vector<uint64_t>& need,
                     const storage::Exclusions& excluded) const;
   void rebuild_tables(CacheRecord& rec);

@@ -1,0 +1,128 @@
+// Lifecycle costs: a decode step of many requests (metadata only), and suspend/resume of a
+// long request through the host tier next to a plain memcpy of the same bytes.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "hybridkv/manager.h"
+#include "hybridkv/model.h"
+
+namespace hybridkv {
+namespace {
+
+CacheGroupId first_attention_group(const StoragePlan& plan) {
+  for (const CacheGroup& g : plan.cache_groups()) {
+    if (g.kind == GroupKind::kAttention) return g.id;
+  }
+  return CacheGroupId(0);
+}
+
+ManagerConfig nemotron_config(uint32_t tpb) {
+  Result<ModelDescription> m =
+      read_model_config(std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json", ModelOptions{});
+  ManagerConfig c;
+  c.tokens_per_block = tpb;
+  c.attention_layers = m->attention_layer_configs(tpb);
+  c.ssm_layers = m->ssm_layer_configs();
+  return c;
+}
+
+// 256 decoding requests, each grown by one token per step: resize + block-table read.
+void BM_DecodeStep256(benchmark::State& state) {
+  constexpr int kRequests = 256;
+  ManagerConfig c = nemotron_config(32);
+  c.tiers = {{TierKind::kGpu, 80ull << 30, ""}};
+  c.typical_step = BatchShape{std::vector<RequestShape>(kRequests, {2048, 2047}), {}};
+  BackendOptions none;
+  none.kind = BackendKind::kNone;
+  auto manager = std::move(KvCacheManager::create(c, none)).value();
+  std::vector<std::unique_ptr<KvCache>> caches;
+  const CacheGroupId attention = first_attention_group(manager->plan());
+  for (int i = 0; i < kRequests; ++i) {
+    caches.push_back(std::move(manager->create_kv_cache({})).value());
+    if (!caches.back()->resume({}).is_ok() || !caches.back()->resize(1024, 1023).is_ok()) {
+      state.SkipWithError("setup failed");
+      return;
+    }
+  }
+  uint64_t tokens = 1024;
+  int64_t checksum = 0;
+  for (auto _ : state) {
+    for (auto& cache : caches) {
+      if (!cache->resize(tokens + 1, tokens).is_ok()) {
+        state.SkipWithError("resize failed");
+        return;
+      }
+      checksum += cache->block_table(attention)->back();
+    }
+    ++tokens;
+  }
+  benchmark::DoNotOptimize(checksum);
+  state.SetItemsProcessed(state.iterations() * kRequests);
+  state.counters["ns_per_request_step"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * kRequests),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_DecodeStep256)->Iterations(2000)->Unit(benchmark::kMicrosecond);
+
+// A 32k-token Nemotron-H request is pushed to the host tier by a request that takes every GPU
+// attention slot, then resumed: bytes moved per second, both ways (host backend).
+void BM_SuspendResume32k(benchmark::State& state) {
+  ManagerConfig c = nemotron_config(32);
+  c.tiers = {{TierKind::kGpu, 768ull << 20, ""}, {TierKind::kHost, 1ull << 30, ""}};
+  c.pool_ratio = std::vector<double>{0.2, 0.8};
+  auto manager = std::move(KvCacheManager::create(c)).value();
+  const PoolGroupId attention_pg =
+      manager->plan().cache_group(first_attention_group(manager->plan())).pool_group;
+  const uint64_t gpu_slots = manager->plan().slots(TierKind::kGpu, attention_pg);
+  auto a = std::move(manager->create_kv_cache({})).value();
+  if (!a->resume({}).is_ok() || !a->resize(32768, 32768).is_ok()) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  if (!a->suspend().is_ok()) return;
+  (void)manager->take_iteration_stats();
+  uint64_t bytes = 0;
+  for (auto _ : state) {
+    auto b = std::move(manager->create_kv_cache({})).value();
+    if (!b->resume({}).is_ok() || !b->resize(gpu_slots * 32, 0).is_ok()) {
+      state.SkipWithError("pressure failed");
+      return;
+    }
+    manager->wait(b->ready_event());  // the offload of A has completed
+    (void)b->close();
+    if (!a->resume({}).is_ok()) {
+      state.SkipWithError("resume failed");
+      return;
+    }
+    manager->wait(a->ready_event());  // the onboard of A has completed
+    (void)a->suspend();
+    const IterationStats s = manager->take_iteration_stats();
+    bytes += s.bytes_offloaded + s.bytes_onboarded;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_SuspendResume32k)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A plain memcpy of 32k tokens of Nemotron-H KV (512 MiB), both ways, as the yardstick.
+void BM_Memcpy32kBothWays(benchmark::State& state) {
+  const size_t bytes = 32768ull * 16384;
+  std::unique_ptr<std::byte[]> a(new std::byte[bytes]), b(new std::byte[bytes]);
+  std::memset(a.get(), 1, bytes);
+  std::memset(b.get(), 2, bytes);
+  for (auto _ : state) {
+    std::memcpy(b.get(), a.get(), bytes);
+    std::memcpy(a.get(), b.get(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * bytes));
+}
+BENCHMARK(BM_Memcpy32kBothWays)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace hybridkv
+
+BENCHMARK_MAIN();

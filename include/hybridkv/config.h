@@ -38,6 +38,10 @@ std::optional<DType> parse_dtype(std::string_view text);  // accepts torch names
 
 // Memory tiers, warmest first.
 enum class TierKind : uint8_t { kGpu = 0, kHost = 1, kDisk = 2 };
+
+// How prefix-tree block keys are hashed. SHA-256 is collision-resistant (the default); the fast
+// hash is a 256-bit non-cryptographic mix, only for callers that accept collision risk.
+enum class BlockHash : uint8_t { kSha256, kFastNonCryptographic };
 const char* tier_kind_name(TierKind kind);  // "GPU", "HOST", "DISK"
 
 struct BufferConfig {
@@ -97,6 +101,8 @@ struct ManagerConfig {
   bool commit_min_snapshot = false;   // commits publish partial tails and SSM state at their end
   bool enable_partial_reuse = false;  // a match may end inside a block (the tail is copied)
   uint32_t reuse_match_backoff = 0;   // tokens trimmed off every match
+  BlockHash block_hash = BlockHash::kSha256;  // block keys of the prefix tree
+  bool record_events = false;  // keep tree events (stored / removed / updated) for take_events()
 
   // --- pool sizing (first one set wins: pool_ratio, typical_step, constraints, default batch) ---
   std::optional<std::vector<double>> pool_ratio;  // one byte share per pool group

@@ -30,6 +30,7 @@
 #include "hybridkv/config.h"
 #include "hybridkv/ids.h"
 #include "hybridkv/memory.h"
+#include "hybridkv/reuse.h"
 #include "hybridkv/status.h"
 
 namespace hybridkv {
@@ -53,8 +54,10 @@ class KvCache {
   uint64_t history() const;
   uint32_t beam_width() const;
 
-  // Requires: SUSPENDED.
-  [[nodiscard]] Status resume(Stream stream);
+  // Requires: SUSPENDED. On the first resume, `optional_groups` lists the OPTIONAL groups that
+  // use their matched pages (each must be OPTIONAL and complete); the others get fresh pages.
+  // The choice persists; later resumes ignore the argument.
+  [[nodiscard]] Status resume(Stream stream, const std::vector<CacheGroupId>& optional_groups = {});
   // Requires: ACTIVE.
   [[nodiscard]] Status suspend();
   // Requires: ACTIVE; history <= capacity; history >= history().
@@ -78,6 +81,25 @@ class KvCache {
                                           int32_t priority);
   // The last copy the cache's pages depend on.
   CopyEvent ready_event() const;
+
+  // --- Prefix reuse (DESIGN §6) ---
+  // What create() matched: reused tokens (the cache starts with that history), depths, groups.
+  ReuseMatch reuse_match() const;
+  // Publishes tokens [committed, committed + tokens.size()) to the prefix tree: full blocks
+  // (deduplicated: an existing block's page is adopted and ours freed), and, with
+  // commit_min_snapshot or is_end, the partial tail; when the commit ends at history, the SSM
+  // states there as snapshots (copied; moved with is_end, after which the cache computes nothing
+  // more). Requires: ACTIVE; only computed tokens (end <= history); tokens that overlap the
+  // prompt equal it. Out of pages for the copies: nothing changes.
+  [[nodiscard]] Status commit(std::span<const int32_t> tokens, bool is_end = false);
+  uint64_t committed_tokens() const;
+  // No further commits; the cache's place in the tree is no longer pinned.
+  [[nodiscard]] Status stop_committing();
+  // Plans to release the snapshot and window pages of the last commit's endpoint later (when
+  // release_planned_drops() or close() runs). Several plans on one endpoint are counted: the
+  // pages leave the tree when the last plan runs.
+  [[nodiscard]] Status plan_snapshot_drop();
+  [[nodiscard]] Status release_planned_drops();
 
  private:
   friend class KvCacheManager;

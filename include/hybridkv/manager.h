@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,21 +18,16 @@
 #include "hybridkv/kv_cache.h"
 #include "hybridkv/memory.h"
 #include "hybridkv/plan.h"
+#include "hybridkv/reuse.h"
 #include "hybridkv/stats.h"
 
 namespace hybridkv {
 
-// Requests in different scopes never share pages.
-struct ReuseScope {
-  std::optional<uint64_t> lora_id;
-  std::optional<uint64_t> salt;
-  bool operator==(const ReuseScope&) const = default;
-};
-
 struct CacheOptions {
   ReuseScope scope;
-  std::vector<int32_t> input_tokens;  // the prompt (prefix matching uses it)
-  uint32_t beam_width = 1;            // > 1: blocks past the prompt's full blocks are per beam
+  std::vector<int32_t> input_tokens;       // the prompt (prefix matching uses it)
+  uint32_t beam_width = 1;                 // > 1: blocks past the prompt's full blocks are per beam
+  std::vector<MultimodalItem> multimodal;  // items whose digests enter the block keys
 };
 
 class KvCacheManager {
@@ -45,6 +41,16 @@ class KvCacheManager {
   // A new SUSPENDED cache. Refused (kRefused) beyond max_live_kv_caches living caches; beam
   // width > 1 is refused while a fixed PRIVATE pool exists.
   Result<std::unique_ptr<KvCache>> create_kv_cache(const CacheOptions& options);
+
+  // What create_kv_cache would reuse for this prompt, changing nothing. Safe to call from
+  // several threads at once (it takes the manager's lock shared).
+  ReuseMatch probe_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
+                         std::span<const MultimodalItem> multimodal = {}) const;
+  // Unlinks every page from the prefix tree (pages held by caches stay with them).
+  void clear_reusable_blocks();
+  // Tree events since the previous call (ManagerConfig::record_events).
+  std::vector<CacheEvent> take_events();
+  ReuseStats reuse_stats() const;
 
   // Counters since the previous call (then reset).
   IterationStats take_iteration_stats();

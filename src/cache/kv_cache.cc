@@ -1,6 +1,8 @@
 // KvCache and KvCacheManager: thin handles that lock the core's mutex.
 #include "hybridkv/kv_cache.h"
 
+#include <utility>
+
 #include "cache/manager_core.h"
 #include "hybridkv/manager.h"
 #include "plan/plan_internal.h"
@@ -22,62 +24,86 @@ const char* cache_state_name(CacheState state) {
 }
 
 KvCache::~KvCache() {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   core_->destroy(id_);
 }
 
 CacheState KvCache::state() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->caches[id_].state;
 }
 uint64_t KvCache::capacity() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->caches[id_].capacity;
 }
 uint64_t KvCache::history() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->caches[id_].history;
 }
 uint32_t KvCache::beam_width() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->caches[id_].beam_width;
 }
 CopyEvent KvCache::ready_event() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->caches[id_].ready;
 }
 
-Status KvCache::resume(Stream stream) {
+Status KvCache::resume(Stream stream, const std::vector<CacheGroupId>& optional_groups) {
   (void)stream;  // the host and none backends order copies on their own queue
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->resume(id_);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  return core_->resume(id_, &optional_groups);
+}
+ReuseMatch KvCache::reuse_match() const {
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  return core_->caches[id_].match;
+}
+Status KvCache::commit(std::span<const int32_t> tokens, bool is_end) {
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  return core_->commit(id_, tokens, is_end);
+}
+uint64_t KvCache::committed_tokens() const {
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  return core_->caches[id_].committed;
+}
+Status KvCache::stop_committing() {
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  return core_->stop_committing(id_);
+}
+Status KvCache::plan_snapshot_drop() {
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  return core_->plan_snapshot_drop(id_);
+}
+Status KvCache::release_planned_drops() {
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  return core_->release_planned_drops(id_);
 }
 Status KvCache::suspend() {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->suspend(id_);
 }
 Status KvCache::resize(uint64_t capacity, uint64_t history) {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->resize(id_, capacity, history);
 }
 Status KvCache::close() {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->close(id_);
 }
 Result<std::span<const int32_t>> KvCache::block_table(CacheGroupId group, uint32_t beam) const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->block_table(id_, group, beam);
 }
 Result<int32_t> KvCache::state_index(CacheGroupId group, uint32_t beam) const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->state_index(id_, group, beam);
 }
 Status KvCache::set_index_buffer(CacheGroupId group, uint32_t beam, std::span<int32_t> buffer) {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->set_index_buffer(id_, group, beam, buffer);
 }
 Status KvCache::set_block_priority(uint64_t first_block, uint64_t end_block, int32_t priority) {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->set_block_priority(id_, first_block, end_block, priority);
 }
 
@@ -100,21 +126,45 @@ Result<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const ManagerConf
 const StoragePlan& KvCacheManager::plan() const { return core_->plan; }
 
 Result<std::unique_ptr<KvCache>> KvCacheManager::create_kv_cache(const CacheOptions& options) {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   Result<uint32_t> id = core_->create(options);
   if (!id) return id.status();
   return std::unique_ptr<KvCache>(new KvCache(core_.get(), *id));
 }
 
+ReuseMatch KvCacheManager::probe_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
+                                       std::span<const MultimodalItem> multimodal) const {
+  prefix::BlockHasher hasher(core_->plan.config().block_hash);  // per call: probes run at once
+  std::shared_lock<std::shared_mutex> lock(core_->mu);
+  return core_->match(hasher, scope, tokens, multimodal).match;
+}
+
+void KvCacheManager::clear_reusable_blocks() {
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  core_->clear_reusable_blocks();
+}
+
+std::vector<CacheEvent> KvCacheManager::take_events() {
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
+  return std::exchange(core_->events, {});
+}
+
+ReuseStats KvCacheManager::reuse_stats() const {
+  std::shared_lock<std::shared_mutex> lock(core_->mu);
+  ReuseStats out = core_->reuse_stats;
+  out.tree_blocks = core_->tree.size();
+  return out;
+}
+
 IterationStats KvCacheManager::take_iteration_stats() {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   IterationStats out = core_->storage.stats;
   core_->storage.stats = IterationStats{};
   return out;
 }
 
 StorageStats KvCacheManager::storage_stats() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   StorageStats out;
   for (size_t t = 0; t < core_->storage.num_tiers(); ++t) {
     TierStorage tier{core_->storage.tier_kind(t), {}};
@@ -136,7 +186,7 @@ uint64_t KvCacheManager::clamp_max_seq_len_for_mem(uint64_t max_seq_len) const {
 }
 
 Status KvCacheManager::shutdown() {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   if (core_->live_caches > 0) {
     return Status(StatusCode::kFailedPrecondition,
                   "shutdown refused: " + std::to_string(core_->live_caches) +
@@ -156,12 +206,12 @@ std::byte* KvCacheManager::slot_address(TierKind tier, PoolGroupId pool_group, u
 void KvCacheManager::set_copy_gate(bool open) { core_->backend->set_copy_gate(open); }
 
 std::string KvCacheManager::check_invariants() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->check();
 }
 
 std::string KvCacheManager::debug_snapshot() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->snapshot();
 }
 

@@ -16,7 +16,15 @@ uint64_t blocks_for(uint64_t tokens, uint32_t tpb) { return (tokens + tpb - 1) /
 }  // namespace
 
 ManagerCore::ManagerCore(StoragePlan p, std::unique_ptr<memory::MemoryBackend> b)
-    : plan(std::move(p)), backend(std::move(b)), storage(plan, backend.get()) {}
+    : plan(std::move(p)),
+      backend(std::move(b)),
+      storage(plan, backend.get()),
+      tree(plan.cache_groups().size()),
+      hasher(plan.config().block_hash) {
+  storage.on_drop = [this](PageId page) { on_page_dropped(page); };
+  storage.on_move = [this](PageId page) { on_page_moved(page); };
+  reuse_stats.groups.resize(plan.cache_groups().size());
+}
 
 std::string ManagerCore::label(uint32_t id) const { return "cache " + std::to_string(id); }
 
@@ -231,20 +239,33 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
     gs.tables.resize(rec.beam_width);
     gs.index_buffers.resize(rec.beam_width);
   }
+  rec.multimodal = options.multimodal;
+  const MatchPlan mp = match(hasher, rec.scope, rec.tokens, rec.multimodal);
+  attach_match(rec, mp);
   ++live_caches;
   return id;
 }
 
-Status ManagerCore::resume(uint32_t id) {
+Status ManagerCore::resume(uint32_t id, const std::vector<CacheGroupId>* optional_groups) {
   if (Status s = expect_state(id, CacheState::kSuspended, "resume"); !s) return s;
   CacheRecord& rec = caches[id];
-  // What the resume needs per pool group: fresh pages, and held pages to bring to the GPU.
+  const bool first = !rec.first_resume_done;
+  if (first) {
+    // The OPTIONAL choice is made (and checked) once; it persists across suspend/resume.
+    if (Status s = prepare_first_resume(id, optional_groups); !s) return s;
+  }
+  // What the resume needs per pool group: fresh pages, held pages to bring to the GPU, and on
+  // the first resume private copies of the matched tail block and snapshots.
   std::vector<uint64_t> need = new_pages_needed(rec, rec.capacity, rec.history, 0);
   std::vector<uint64_t> gpu_own_queued(plan.pool_groups().size(), 0);
   storage::Exclusions excluded = storage.empty_exclusions();
-  for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
+  for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t) {
     const storage::Page& p = storage.page(pid);
-    if (p.tier != TierKind::kGpu) ++need[p.pool_group.value];
+    const bool dropped_now = first && !rec.groups[g.id.value].selected;
+    if (dropped_now)
+      ++need[p.pool_group.value];  // replaced by a fresh page
+    else if (p.tier != TierKind::kGpu)
+      ++need[p.pool_group.value];
     if (p.queue != storage::QueueKind::kNone) {
       for (size_t t = 0; t < storage.num_tiers(); ++t) {
         if (storage.tier_kind(t) == p.tier) ++excluded[t][p.pool_group.value];
@@ -252,6 +273,15 @@ Status ManagerCore::resume(uint32_t id) {
       if (p.tier == TierKind::kGpu) ++gpu_own_queued[p.pool_group.value];
     }
   });
+  if (first) {
+    for (const CacheGroup& g : plan.cache_groups()) {
+      const GroupState& gs = rec.groups[g.id.value];
+      if (!gs.copy_pending || !gs.selected) continue;
+      const bool shared_tail = g.kind == GroupKind::kAttention && rec.attention_blocks > 0 &&
+                               rec.attention_blocks - 1 < rec.shared_blocks;
+      need[g.pool_group.value] += shared_tail ? 1 : rec.beam_width;
+    }
+  }
   // The utilization gate: what would be locked after the resume, per GPU pool group.
   const double util = plan.config().max_util_for_resume;
   for (const PoolGroup& pg : plan.pool_groups()) {
@@ -275,21 +305,22 @@ Status ManagerCore::resume(uint32_t id) {
   }
 
   // Nothing can fail from here on.
-  std::vector<PageId> own;
-  for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
+  std::vector<std::pair<PageId, bool>> own;  // page, and whether it comes to the GPU
+  for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t) {
     storage.pin(pid);
-    own.push_back(pid);
+    own.push_back({pid, !(first && !rec.groups[g.id.value].selected)});
   });
   for (const PoolGroup& pg : plan.pool_groups()) {
     if (need[pg.id.value]) storage.make_room(kGpu, pg.id, need[pg.id.value]);
   }
-  for (PageId pid : own) {
+  for (auto [pid, onboard] : own) {
     storage::Page& p = storage.page(pid);
-    if (p.tier != TierKind::kGpu) storage.move(pid, kGpu);
+    if (onboard && p.tier != TierKind::kGpu) storage.move(pid, kGpu);
     --p.suspended_refs;
     ++p.active_refs;
   }
-  for (PageId pid : own) storage.unpin(pid);
+  for (auto [pid, onboard] : own) storage.unpin(pid);
+  if (first) finish_first_resume(rec);
   allocate_pages(rec, rec.capacity, rec.history, 0);
   const CopyEvent moved = storage.flush();
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
@@ -505,6 +536,8 @@ Status ManagerCore::set_block_priority(uint32_t id, uint64_t first, uint64_t end
 std::string ManagerCore::check() const {
   std::string err = storage.check();
   if (!err.empty()) return err;
+  err = check_tree();
+  if (!err.empty()) return err;
   // Every page's counts equal the caches that refer to it.
   std::map<PageId, std::pair<uint32_t, uint32_t>> refs;
   uint64_t live = 0, active = 0;
@@ -569,7 +602,17 @@ std::string ManagerCore::snapshot() const {
       os << "\n";
     }
   }
-  os << "live " << live_caches << " active " << active_caches << "\n";
+  os << "live " << live_caches << " active " << active_caches << " tree " << tree.size() << "\n";
+  for (prefix::NodeId n = 0; n < tree.capacity(); ++n) {
+    const prefix::Node& node = tree.node(n);
+    if (!node.live) continue;
+    os << "node " << n << " start " << node.start << " tokens " << node.tokens.size() << " pins "
+       << node.pins;
+    for (const prefix::NodePage& np : node.pages) {
+      os << " " << static_cast<int64_t>(np.page == kNoPage ? -1 : np.page) << "/" << np.coverage;
+    }
+    os << "\n";
+  }
   return os.str();
 }
 

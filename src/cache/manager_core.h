@@ -2,6 +2,7 @@
 #pragma once
 
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "hybridkv/kv_cache.h"
 #include "hybridkv/manager.h"
 #include "memory/backend.h"
+#include "prefix/block_hash.h"
+#include "prefix/radix_tree.h"
 #include "storage/storage.h"
 
 namespace hybridkv::cache_detail {
@@ -23,6 +26,19 @@ struct GroupState {
   std::vector<std::vector<int32_t>> tables;       // per beam: GPU slots (attention groups)
   std::vector<std::span<int32_t>> index_buffers;  // per beam, caller-owned (may be empty)
   uint64_t stale_from = 0;  // window groups: blocks below this were released as stale
+  // Reuse: the page in the last block (attention) or the state (SSM) is a tree page that the
+  // first resume copies into a private page before anything writes it.
+  bool copy_pending = false;
+  bool selected = true;  // OPTIONAL groups: chosen at the first resume (others: always)
+};
+
+// What a match found, with the nodes behind it (see ManagerCore::match).
+struct MatchPlan {
+  ReuseMatch match;
+  prefix::NodeId root = prefix::kNoNode;
+  std::vector<prefix::NodeId> path;       // full nodes of blocks 0, 1, ...
+  prefix::NodeId tail = prefix::kNoNode;  // node of the partially used last block, if any
+  uint64_t tail_tokens = 0;               // tokens of the tail node matched
 };
 
 struct CacheRecord {
@@ -38,13 +54,22 @@ struct CacheRecord {
   std::vector<GroupState> groups;       // by cache group id
   std::vector<int32_t> block_priority;  // explicit priorities by block (default elsewhere)
   CopyEvent ready;
+  // Reuse.
+  std::vector<MultimodalItem> multimodal;
+  ReuseMatch match;  // what create() matched
+  bool first_resume_done = false;
+  bool committing = true;                          // until stop_committing() or an is_end commit
+  uint64_t committed = 0;                          // tokens published (or reused) so far
+  prefix::NodeId commit_parent = prefix::kNoNode;  // full node the next block hangs under; pinned
+  // Snapshot nodes this cache plans to release (release_planned_drops executes them).
+  std::vector<std::pair<prefix::NodeId, uint32_t>> planned_drops;
 };
 
 class ManagerCore {
  public:
   ManagerCore(StoragePlan plan, std::unique_ptr<memory::MemoryBackend> backend);
 
-  mutable std::mutex mu;
+  mutable std::shared_mutex mu;
   StoragePlan plan;
   std::unique_ptr<memory::MemoryBackend> backend;
   storage::Storage storage;
@@ -53,10 +78,14 @@ class ManagerCore {
   uint64_t live_caches = 0;
   uint64_t active_caches = 0;
   bool shut_down = false;
+  prefix::RadixTree tree;
+  prefix::BlockHasher hasher;
+  std::vector<CacheEvent> events;
+  ReuseStats reuse_stats;
 
   // All Requires: mu held.
   Result<uint32_t> create(const CacheOptions& options);
-  Status resume(uint32_t id);
+  Status resume(uint32_t id, const std::vector<CacheGroupId>* optional_groups);
   Status suspend(uint32_t id);
   Status resize(uint32_t id, uint64_t capacity, uint64_t history);
   Status close(uint32_t id);
@@ -69,6 +98,19 @@ class ManagerCore {
   Status set_block_priority(uint32_t id, uint64_t first, uint64_t end, int32_t priority);
   std::string check() const;
   std::string snapshot() const;
+
+  // Reuse (reuse.cc). All Requires: mu held (match: shared is enough, it only reads).
+  MatchPlan match(prefix::BlockHasher& hasher, const ReuseScope& scope,
+                  std::span<const int32_t> tokens,
+                  std::span<const MultimodalItem> multimodal) const;
+  Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end);
+  Status stop_committing(uint32_t id);
+  Status plan_snapshot_drop(uint32_t id);
+  Status release_planned_drops(uint32_t id);
+  void clear_reusable_blocks();
+  void on_page_dropped(PageId page);
+  void on_page_moved(PageId page);
+  std::string check_tree() const;
 
  private:
   std::string label(uint32_t id) const;
@@ -93,6 +135,16 @@ class ManagerCore {
   void rebuild_tables(CacheRecord& rec);
   void write_index_buffers(CacheRecord& rec);
   int32_t priority_of(const CacheRecord& rec, uint64_t block) const;
+  // Reuse helpers (reuse.cc).
+  void attach_match(CacheRecord& rec, const MatchPlan& plan);
+  Status prepare_first_resume(uint32_t id, const std::vector<CacheGroupId>* optional_groups);
+  void finish_first_resume(CacheRecord& rec);
+  void record_match_stats(const CacheRecord& rec, bool optional_only);
+  void emit(CacheEventKind kind, prefix::NodeId node, CacheGroupId group);
+  void publish(prefix::NodeId node, CacheGroupId group, PageId page, uint32_t coverage);
+  void unpublish(prefix::NodeId node, CacheGroupId group);
+  std::vector<std::array<uint8_t, 32>> digests_in(const CacheRecord& rec, uint64_t begin,
+                                                  uint64_t end) const;
 };
 
 }  // namespace hybridkv::cache_detail

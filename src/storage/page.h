@@ -31,8 +31,9 @@ struct Page {
   uint32_t active_refs = 0;
   uint32_t suspended_refs = 0;
   bool in_tree = false;
-  bool pinned = false;  // out of the queues while an operation works on it
-  bool live = false;    // false: the id is on the free list
+  uint32_t tree_node = UINT32_MAX;  // the prefix-tree node holding the page (in_tree only)
+  bool pinned = false;              // out of the queues while an operation works on it
+  bool live = false;                // false: the id is on the free list
   int32_t priority = kDefaultPriority;
   uint64_t lru_tick = 0;  // when the page became evictable
   CopyEvent ready;        // last copy that wrote the page's slot

@@ -149,12 +149,25 @@ void Storage::move(PageId id, size_t dst_tier) {
   p.slot = dst_slot;
   // The copy must also wait for whoever last used the destination slot: copies run in order.
   pending_pages_.push_back(id);
+  if (on_move) on_move(id);
   if (was_queued) {
     // A moved page keeps its age: it re-enters the colder queue as the most recent entry.
     p.lru_tick = ++tick_;
     PoolSlots& d = slots(dst_tier, p.pool_group);
     (p.state() == PageState::kHeld ? d.held : d.droppable).push_back(id);
   }
+}
+
+void Storage::copy_page(PageId src, PageId dst) {
+  Page& s = pages_[src];
+  Page& d = pages_[dst];
+  HKV_CHECK(s.pool_group == d.pool_group && s.tier == TierKind::kGpu && d.tier == TierKind::kGpu,
+            "copy_page %u -> %u: not two GPU pages of one pool group", src, dst);
+  pending_.push_back({s.pool_group, s.tier, s.slot, d.tier, d.slot});
+  // Both get the batch's event: dst is written by it, src must not be overwritten before it.
+  pending_pages_.push_back(dst);
+  pending_pages_.push_back(src);
+  ++stats.device_copies;
 }
 
 void Storage::pin(PageId id) {

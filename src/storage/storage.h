@@ -48,6 +48,9 @@ class Storage {
   PageId allocate(CacheGroupId group, size_t tier);
   // Moves a page to another tier. Requires: a free slot there; the page is not LOCKED.
   void move(PageId id, size_t dst_tier);
+  // Queues a GPU-to-GPU copy of src's slot into dst's slot (snapshots, partial tails). dst
+  // becomes ready when the copy completes; src may not be overwritten before then.
+  void copy_page(PageId src, PageId dst);
   // Takes a page out of its queue while an operation works on it / puts it back.
   void pin(PageId id);
   void unpin(PageId id);
@@ -66,6 +69,8 @@ class Storage {
 
   // Called before a DROPPABLE page is dropped (the prefix tree unlinks its block).
   std::function<void(PageId)> on_drop;
+  // Called after a page moved to another tier (the prefix tree reports it).
+  std::function<void(PageId)> on_move;
   IterationStats stats;
 
   // Slot ownership is exclusive, free lists and pages agree, queues hold exactly the evictable

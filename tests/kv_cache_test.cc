@@ -48,16 +48,16 @@ TEST_F(Lifecycle, ComputeSuspendResumeKeepsEveryByte) {
   auto m = make_manager(LifecycleModel{});
   verify::FakeEngine engine(*m);
   Request r = make_request(*m, random_tokens(rng_, 300), 200);
-  ASSERT_TRUE(r.cache->resume({}).is_ok());
-  ASSERT_TRUE(advance(engine, r, 200).is_ok());
-  ASSERT_TRUE(advance(engine, r, 201).is_ok());
-  ASSERT_TRUE(r.cache->suspend().is_ok());
+  ASSERT_OK(r.cache->resume({}));
+  ASSERT_OK(advance(engine, r, 200));
+  ASSERT_OK(advance(engine, r, 201));
+  ASSERT_OK(r.cache->suspend());
   EXPECT_EQ(*r.cache->state_index(kSsm), kBadPageIndex);
-  ASSERT_TRUE(r.cache->resume({}).is_ok());
-  ASSERT_TRUE(engine.verify(*r.cache, r.fake).is_ok());
-  ASSERT_TRUE(advance(engine, r, 250).is_ok());
+  ASSERT_OK(r.cache->resume({}));
+  ASSERT_OK(engine.verify(*r.cache, r.fake));
+  ASSERT_OK(advance(engine, r, 250));
   expect_clean(*m);
-  ASSERT_TRUE(r.cache->close().is_ok());
+  ASSERT_OK(r.cache->close());
   expect_clean(*m);
   const StorageStats stats = m->storage_stats();
   for (const PoolGroupStorage& pg : stats.tiers[0].pool_groups)
@@ -68,9 +68,9 @@ TEST_F(Lifecycle, SuspendedPagesMoveToHostAndComeBackIntoOtherSlots) {
   auto m = make_manager(LifecycleModel{});
   verify::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 700), 600);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(advance(engine, a, 600).is_ok());
-  ASSERT_TRUE(a.cache->suspend().is_ok());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 600));
+  ASSERT_OK(a.cache->suspend());
   (void)m->take_iteration_stats();
 
   // Others take the GPU: A's held pages are demoted to the host tier.
@@ -80,20 +80,20 @@ TEST_F(Lifecycle, SuspendedPagesMoveToHostAndComeBackIntoOtherSlots) {
     Request& o = others.back();
     ASSERT_TRUE(o.cache->resume({}).is_ok()) << i;
     ASSERT_TRUE(advance(engine, o, 600).is_ok()) << i;
-    ASSERT_TRUE(o.cache->suspend().is_ok());
+    ASSERT_OK(o.cache->suspend());
   }
   const IterationStats offload = m->take_iteration_stats();
   EXPECT_GT(offload.pages_offloaded, 0u);
   EXPECT_GT(offload.bytes_offloaded, 0u);
 
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_OK(a.cache->resume({}));
   const IterationStats onboard = m->take_iteration_stats();
   EXPECT_GT(onboard.pages_onboarded, 0u);
   EXPECT_EQ(onboard.resumes, 1u);
   // Attention, SSM and PRIVATE pages all came back, and the fake engine finds every byte.
-  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
   // (The randomized test counts how often resumed pages land in other slots.)
-  ASSERT_TRUE(advance(engine, a, 650).is_ok());
+  ASSERT_OK(advance(engine, a, 650));
   expect_clean(*m);
 }
 
@@ -115,8 +115,8 @@ TEST_F(Lifecycle, RefusedResumeLeavesCacheSuspendedAndNothingChanged) {
       EXPECT_EQ(i, 6);
       break;
     }
-    ASSERT_TRUE(advance(engine, r, 40).is_ok());
-    ASSERT_TRUE(r.cache->suspend().is_ok());
+    ASSERT_OK(advance(engine, r, 40));
+    ASSERT_OK(r.cache->suspend());
   }
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.code(), StatusCode::kOutOfPages) << refused.to_string();
@@ -128,9 +128,9 @@ TEST_F(Lifecycle, RefusedResumeLeavesCacheSuspendedAndNothingChanged) {
   // The held requests are intact.
   held.pop_back();
   for (Request& r : held) {
-    ASSERT_TRUE(r.cache->resume({}).is_ok());
-    ASSERT_TRUE(engine.verify(*r.cache, r.fake).is_ok());
-    ASSERT_TRUE(r.cache->close().is_ok());
+    ASSERT_OK(r.cache->resume({}));
+    ASSERT_OK(engine.verify(*r.cache, r.fake));
+    ASSERT_OK(r.cache->close());
   }
 }
 
@@ -160,8 +160,8 @@ TEST_F(Lifecycle, OutOfPagesInResizeRollsBackExactly) {
   auto m = make_manager(model);
   verify::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 5000), 100);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(advance(engine, a, 100).is_ok());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 100));
   const std::string before = m->debug_snapshot();
   // 239 attention slots; the window needs 4 of them: 240 full blocks do not fit.
   const Status s = a.cache->resize(240 * 16, 100);
@@ -169,14 +169,14 @@ TEST_F(Lifecycle, OutOfPagesInResizeRollsBackExactly) {
   EXPECT_NE(s.message().find("resize: pool group 2 (GPU) needs"), std::string::npos) << s.message();
   EXPECT_EQ(m->debug_snapshot(), before);
   EXPECT_EQ(a.cache->capacity(), 100u);
-  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
   expect_clean(*m);
 }
 
 TEST_F(Lifecycle, QuotaTooSmallForOneRequestFailsNamingThePoolGroup) {
   auto m = make_manager(LifecycleModel{});
   Request a = make_request(*m, random_tokens(rng_, 10), 10);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_OK(a.cache->resume({}));
   const Status s = a.cache->resize(1'000'000, 0);
   ASSERT_EQ(s.code(), StatusCode::kOutOfPages);
   EXPECT_NE(s.message().find("pool group 2"), std::string::npos) << s.message();
@@ -187,16 +187,16 @@ TEST_F(Lifecycle, SlidingWindowReleasesStaleBlocks) {
   auto m = make_manager(LifecycleModel{});
   verify::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 400), 10);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  for (uint64_t t = 16; t <= 320; t += 16) ASSERT_TRUE(advance(engine, a, t).is_ok());
-  ASSERT_TRUE(a.cache->resize(320, 320).is_ok());
+  ASSERT_OK(a.cache->resume({}));
+  for (uint64_t t = 16; t <= 320; t += 16) ASSERT_OK(advance(engine, a, t));
+  ASSERT_OK(a.cache->resize(320, 320));
   // history 320, window 48: tokens from 272 on are read -> blocks 17.. stay, 0..16 are released.
   const auto window = table_of(*a.cache, kWindow);
   ASSERT_EQ(window.size(), 20u);
   for (size_t b = 0; b < 17; ++b) EXPECT_EQ(window[b], kBadPageIndex) << b;
   for (size_t b = 17; b < 20; ++b) EXPECT_NE(window[b], kBadPageIndex) << b;
   for (int32_t slot : table_of(*a.cache, kFull)) EXPECT_NE(slot, kBadPageIndex);
-  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
   expect_clean(*m);
 }
 
@@ -204,18 +204,18 @@ TEST_F(Lifecycle, BeamsGetTheirOwnPagesPastThePrompt) {
   auto m = make_manager(LifecycleModel{});
   verify::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 100), 40, 3);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(advance(engine, a, 40).is_ok());
-  ASSERT_TRUE(advance(engine, a, 90).is_ok());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 40));
+  ASSERT_OK(advance(engine, a, 90));
   const auto b0 = table_of(*a.cache, kFull, 0);
   const auto b1 = table_of(*a.cache, kFull, 1);
   EXPECT_EQ(b0[0], b1[0]);  // the prompt's full blocks are shared
   EXPECT_EQ(b0[1], b1[1]);
   EXPECT_NE(b0[2], b1[2]);  // block 2 holds tokens 32..47: past the prompt's full blocks
   EXPECT_NE(*a.cache->state_index(kSsm, 0), *a.cache->state_index(kSsm, 2));
-  ASSERT_TRUE(a.cache->suspend().is_ok());
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  ASSERT_OK(a.cache->suspend());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
   EXPECT_FALSE(a.cache->block_table(kFull, 3).is_ok());
   expect_clean(*m);
 }
@@ -240,11 +240,11 @@ TEST_F(Lifecycle, MaxLiveKvCachesBoundsActivePlusSuspended) {
   EXPECT_EQ(m->plan().slots(TierKind::kGpu, PoolGroupId(1)), 4u);  // ceil(3 / 0.97)
   std::vector<Request> live;
   for (int i = 0; i < 3; ++i) live.push_back(make_request(*m, random_tokens(rng_, 5), 5));
-  ASSERT_TRUE(live[0].cache->resume({}).is_ok());
+  ASSERT_OK(live[0].cache->resume({}));
   Result<std::unique_ptr<KvCache>> fourth = m->create_kv_cache({});
   ASSERT_FALSE(fourth.is_ok());
   EXPECT_EQ(fourth.status().code(), StatusCode::kRefused);
-  ASSERT_TRUE(live[1].cache->close().is_ok());
+  ASSERT_OK(live[1].cache->close());
   EXPECT_TRUE(m->create_kv_cache({}).is_ok());  // closing made room (the new one is destroyed)
 }
 
@@ -252,9 +252,9 @@ TEST_F(Lifecycle, MisuseGetsAClearErrorAndChangesNothing) {
   auto m = make_manager(LifecycleModel{});
   verify::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 100), 50);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(advance(engine, a, 50).is_ok());
-  ASSERT_TRUE(a.cache->resize(60, 50).is_ok());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 50));
+  ASSERT_OK(a.cache->resize(60, 50));
   const std::string before = m->debug_snapshot();
   struct Case {
     const char* what;
@@ -287,7 +287,7 @@ TEST_F(Lifecycle, MisuseGetsAClearErrorAndChangesNothing) {
     EXPECT_NE(s.message().find(c.message), std::string::npos) << s.message();
     EXPECT_EQ(m->debug_snapshot(), before);
   }
-  ASSERT_TRUE(a.cache->close().is_ok());
+  ASSERT_OK(a.cache->close());
   const std::string closed = m->debug_snapshot();
   EXPECT_EQ(a.cache->close().code(), StatusCode::kFailedPrecondition);  // double close
   EXPECT_EQ(a.cache->resume({}).code(), StatusCode::kFailedPrecondition);
@@ -300,19 +300,19 @@ TEST_F(Lifecycle, IndexBuffersFollowLockAndUnlock) {
   verify::FakeEngine engine(*m);
   std::vector<int32_t> full(16, 7), state(1, 7);  // outlive the cache that writes them
   Request a = make_request(*m, random_tokens(rng_, 100), 50);
-  ASSERT_TRUE(a.cache->set_index_buffer(kFull, 0, full).is_ok());
-  ASSERT_TRUE(a.cache->set_index_buffer(kSsm, 0, state).is_ok());
+  ASSERT_OK(a.cache->set_index_buffer(kFull, 0, full));
+  ASSERT_OK(a.cache->set_index_buffer(kSsm, 0, state));
   EXPECT_EQ(full[0], kBadPageIndex);  // suspended: nothing resident
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(advance(engine, a, 50).is_ok());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 50));
   const auto table = table_of(*a.cache, kFull);
   for (size_t b = 0; b < table.size(); ++b) EXPECT_EQ(full[b], table[b]);
   EXPECT_EQ(full[table.size()], kBadPageIndex);
   EXPECT_EQ(state[0], *a.cache->state_index(kSsm));
-  ASSERT_TRUE(a.cache->suspend().is_ok());
+  ASSERT_OK(a.cache->suspend());
   EXPECT_EQ(full[0], kBadPageIndex);
   EXPECT_EQ(state[0], kBadPageIndex);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_OK(a.cache->resume({}));
   EXPECT_EQ(full[0], table_of(*a.cache, kFull)[0]);
   EXPECT_FALSE(a.cache->resize(17 * 16, 50).is_ok());  // the buffer holds 16 blocks
 }
@@ -348,32 +348,32 @@ TEST_F(Lifecycle, LowPriorityBlocksAreEvictedFirst) {
   auto m = make_manager(LifecycleModel{});
   verify::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 200), 160);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(advance(engine, a, 160).is_ok());
-  ASSERT_TRUE(a.cache->set_block_priority(5, 8, 1).is_ok());
-  ASSERT_TRUE(a.cache->suspend().is_ok());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 160));
+  ASSERT_OK(a.cache->set_block_priority(5, 8, 1));
+  ASSERT_OK(a.cache->suspend());
   // Another request needs all free attention slots and three more: three of A's pages go to
   // the host, and they are the low-priority ones, not the least recently used.
   Request b = make_request(*m, random_tokens(rng_, 5000), 5000);
-  ASSERT_TRUE(b.cache->resume({}).is_ok());
+  ASSERT_OK(b.cache->resume({}));
   const uint64_t free_now = m->storage_stats().tiers[0].pool_groups[2].free_slots;
   ASSERT_EQ((free_now + 3) % 2, 0u);  // full and window blocks come in pairs at history 0
-  ASSERT_TRUE(b.cache->resize((free_now + 3) / 2 * 16, 0).is_ok());
+  ASSERT_OK(b.cache->resize((free_now + 3) / 2 * 16, 0));
   const std::vector<std::string> tiers = block_tiers(m->debug_snapshot(), 0, 2);
   ASSERT_EQ(tiers.size(), 10u);
   for (size_t block = 0; block < tiers.size(); ++block) {
     EXPECT_EQ(tiers[block], block >= 5 && block < 8 ? "HOST" : "GPU") << "block " << block;
   }
-  ASSERT_TRUE(b.cache->close().is_ok());
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  ASSERT_OK(b.cache->close());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
 }
 
 TEST_F(Lifecycle, ShutdownIsRefusedWhileCachesAreOpen) {
   auto m = make_manager(LifecycleModel{});
   Request a = make_request(*m, random_tokens(rng_, 5), 5);
   EXPECT_EQ(m->shutdown().code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(a.cache->close().is_ok());
+  ASSERT_OK(a.cache->close());
   EXPECT_TRUE(m->shutdown().is_ok());
   EXPECT_FALSE(m->create_kv_cache({}).is_ok());
 }
@@ -385,19 +385,19 @@ TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
   m->set_copy_gate(true);
   verify::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 700), 600);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
-  ASSERT_TRUE(advance(engine, a, 600).is_ok());
-  ASSERT_TRUE(a.cache->suspend().is_ok());
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 600));
+  ASSERT_OK(a.cache->suspend());
   std::vector<Request> others;
   for (int i = 0; i < 5; ++i) {
     others.push_back(make_request(*m, random_tokens(rng_, 700), 600));
-    ASSERT_TRUE(others.back().cache->resume({}).is_ok());
-    ASSERT_TRUE(advance(engine, others.back(), 600).is_ok());
-    ASSERT_TRUE(others.back().cache->suspend().is_ok());
+    ASSERT_OK(others.back().cache->resume({}));
+    ASSERT_OK(advance(engine, others.back(), 600));
+    ASSERT_OK(others.back().cache->suspend());
   }
   // Hold every copy: A's pages come back from the host only when the gate opens.
   m->set_copy_gate(false);
-  ASSERT_TRUE(a.cache->resume({}).is_ok());
+  ASSERT_OK(a.cache->resume({}));
   EXPECT_GT(m->take_iteration_stats().pages_onboarded, 0u);
   const CopyEvent ready = a.cache->ready_event();
   EXPECT_GT(ready.ticket, 0u);
@@ -411,7 +411,7 @@ TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
     m->set_copy_gate(true);
   });
   // verify() waits for the ready event, so it sees the copied bytes.
-  ASSERT_TRUE(engine.verify(*a.cache, a.fake).is_ok());
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
   opener.join();
   const std::vector<std::byte> now(first, first + 64);
   EXPECT_NE(seen, now) << "the slot changed when the held copy ran";

@@ -10,6 +10,12 @@
 #include "hybridkv/manager.h"
 #include "verify/fake_engine.h"
 
+#define ASSERT_OK(expr)                                         \
+  do {                                                          \
+    const ::hybridkv::Status _s = (expr);                       \
+    ASSERT_TRUE(_s.is_ok()) << #expr << ": " << _s.to_string(); \
+  } while (0)
+
 namespace hybridkv::testing {
 
 struct LifecycleModel {
@@ -21,6 +27,12 @@ struct LifecycleModel {
   bool private_replay = true;
   std::optional<uint32_t> max_live;
   std::optional<std::vector<double>> pool_ratio;
+  bool optional_attention = false;  // adds layer 3: full attention, OPTIONAL
+  bool commit_min_snapshot = true;
+  bool partial_reuse = false;
+  uint32_t backoff = 0;
+  bool record_events = false;
+  bool block_reuse = true;
 };
 
 inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
@@ -38,6 +50,17 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   window.id = 2;
   window.window = m.window;
   c.attention_layers = {full, window};
+  if (m.optional_attention) {
+    AttentionLayerConfig optional = full;
+    optional.id = 3;
+    optional.reuse_policy = ReusePolicy::kOptional;
+    c.attention_layers.push_back(optional);
+  }
+  c.commit_min_snapshot = m.commit_min_snapshot;
+  c.enable_partial_reuse = m.partial_reuse;
+  c.reuse_match_backoff = m.backoff;
+  c.record_events = m.record_events;
+  c.enable_block_reuse = m.block_reuse;
   c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
   if (m.host_quota) c.tiers.push_back({TierKind::kHost, m.host_quota, ""});
   c.max_live_kv_caches = m.max_live;
@@ -68,20 +91,34 @@ struct Request {
 };
 
 inline Request make_request(KvCacheManager& manager, std::vector<int32_t> tokens, size_t prompt_len,
-                            uint32_t beams = 1) {
+                            uint32_t beams = 1, ReuseScope scope = {}) {
   Request r;
   CacheOptions o;
+  o.scope = scope;
+  r.fake.scope = scope;
   o.input_tokens.assign(tokens.begin(), tokens.begin() + static_cast<int64_t>(prompt_len));
   o.beam_width = beams;
   Result<std::unique_ptr<KvCache>> cache = manager.create_kv_cache(o);
   EXPECT_TRUE(cache.is_ok()) << cache.status().to_string();
   if (cache.is_ok()) r.cache = std::move(cache).value();
   r.fake.tokens.assign(beams, tokens);
+  if (r.cache) verify::FakeEngine::adopt_reuse(*r.cache, r.fake);
   for (uint32_t b = 1; b < beams; ++b) {
     for (size_t i = prompt_len; i < tokens.size(); ++i)
       r.fake.tokens[b][i] += static_cast<int32_t>(b);
   }
   return r;
+}
+
+// Commits everything computed and not yet committed.
+inline Status commit_computed(Request& r, bool is_end = false) {
+  // The cache learns what was computed at the next resize; commits stop at its history.
+  if (r.cache->history() < r.fake.computed) {
+    if (Status s = r.cache->resize(r.cache->capacity(), r.fake.computed); !s) return s;
+  }
+  const uint64_t from = r.cache->committed_tokens(), to = r.fake.computed;
+  std::span<const int32_t> all(r.fake.tokens[0]);
+  return r.cache->commit(all.subspan(from, to - from), is_end);
 }
 
 // Grows the cache to `upto` tokens and computes them with the fake engine.

@@ -259,9 +259,14 @@ Status ManagerCore::resume(uint32_t id, const std::vector<CacheGroupId>* optiona
   std::vector<uint64_t> need = new_pages_needed(rec, rec.capacity, rec.history, 0);
   std::vector<uint64_t> gpu_own_queued(plan.pool_groups().size(), 0);
   storage::Exclusions excluded = storage.empty_exclusions();
-  for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t) {
+  for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t block) {
     const storage::Page& p = storage.page(pid);
-    const bool dropped_now = first && !rec.groups[g.id.value].selected;
+    const GroupState& gs = rec.groups[g.id.value];
+    const bool dropped_now = first && !gs.selected;
+    // A tree page the first resume copies from is released right after the copy: it needs the
+    // GPU for a moment, but the gate counts what stays locked.
+    const bool copy_source = first && gs.selected && gs.copy_pending &&
+                             (g.kind == GroupKind::kSsm || block + 1 == rec.attention_blocks);
     if (dropped_now)
       ++need[p.pool_group.value];  // replaced by a fresh page
     else if (p.tier != TierKind::kGpu)
@@ -270,7 +275,7 @@ Status ManagerCore::resume(uint32_t id, const std::vector<CacheGroupId>* optiona
       for (size_t t = 0; t < storage.num_tiers(); ++t) {
         if (storage.tier_kind(t) == p.tier) ++excluded[t][p.pool_group.value];
       }
-      if (p.tier == TierKind::kGpu) ++gpu_own_queued[p.pool_group.value];
+      if (p.tier == TierKind::kGpu && !copy_source) ++gpu_own_queued[p.pool_group.value];
     }
   });
   if (first) {
@@ -455,6 +460,8 @@ Status ManagerCore::close(uint32_t id) {
     storage.refresh(pid);
   });
   for (GroupState& gs : rec.groups) std::fill(gs.pages.begin(), gs.pages.end(), kNoPage);
+  (void)release_planned_drops(id);
+  (void)stop_committing(id);
   if (active) --active_caches;
   --live_caches;
   rec.state = CacheState::kClosed;

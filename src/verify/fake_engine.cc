@@ -1,5 +1,6 @@
 #include "verify/fake_engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace hybridkv::verify {
@@ -82,6 +83,16 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
   }
   manager_.wait(cache.ready_event());
   const StoragePlan& plan = manager_.plan();
+  if (r.initialize_on_first_use) {
+    r.initialize_on_first_use = false;
+    for (const CacheGroup& g : plan.cache_groups()) {
+      const bool unselected = std::find(r.unselected_optional.begin(), r.unselected_optional.end(),
+                                        g.id) != r.unselected_optional.end();
+      if (g.policy == ReusePolicy::kPrivate || unselected) {
+        if (Status s = write(cache, r, 0, r.computed, &g); !s) return s;
+      }
+    }
+  }
   const uint32_t tpb = plan.config().tokens_per_block;
   const uint64_t history = cache.history();
   const uint64_t computed = std::min<uint64_t>(r.computed, cache.capacity());
@@ -140,10 +151,19 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
   return Status::ok();
 }
 
+void FakeEngine::adopt_reuse(const KvCache& cache, FakeRequest& r) {
+  r.computed = cache.history();
+  r.state_written = r.computed > 0;
+  r.initialize_on_first_use = r.computed > 0;
+}
+
+Status FakeEngine::recompute_group(const KvCache& cache, FakeRequest& r, CacheGroupId group) {
+  manager_.wait(cache.ready_event());
+  return write(cache, r, 0, r.computed, &manager_.plan().cache_group(group));
+}
+
 Status FakeEngine::step(const KvCache& cache, FakeRequest& r, uint64_t upto) {
   if (Status s = verify(cache, r); !s) return s;
-  const StoragePlan& plan = manager_.plan();
-  const uint32_t tpb = plan.config().tokens_per_block;
   if (upto > cache.capacity() || upto < r.computed) {
     return Status::invalid("fake engine: step to " + std::to_string(upto) + " with capacity " +
                            std::to_string(cache.capacity()) + " and " + std::to_string(r.computed) +
@@ -152,7 +172,18 @@ Status FakeEngine::step(const KvCache& cache, FakeRequest& r, uint64_t upto) {
   for (uint32_t beam = 0; beam < cache.beam_width(); ++beam) {
     if (r.tokens[beam].size() < upto) return Status::invalid("fake engine: too few tokens");
   }
+  if (Status s = write(cache, r, r.computed, upto, nullptr); !s) return s;
+  r.computed = upto;
+  r.state_written = true;
+  return Status::ok();
+}
+
+Status FakeEngine::write(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
+                         const CacheGroup* only) {
+  const StoragePlan& plan = manager_.plan();
+  const uint32_t tpb = plan.config().tokens_per_block;
   for (const CacheGroup& g : plan.cache_groups()) {
+    if (only != nullptr && only->id != g.id) continue;
     for (uint32_t beam = 0; beam < cache.beam_width(); ++beam) {
       if (g.kind == GroupKind::kSsm) {
         const int32_t slot = *cache.state_index(g.id, beam);
@@ -166,10 +197,14 @@ Status FakeEngine::step(const KvCache& cache, FakeRequest& r, uint64_t upto) {
         continue;
       }
       const std::span<const int32_t> table = *cache.block_table(g.id, beam);
-      for (uint64_t p = r.computed; p < upto; ++p) {
+      const uint64_t history = cache.history();
+      const uint64_t live_begin =
+          g.window ? (history > *g.window ? history - *g.window : 0) / tpb : 0;
+      for (uint64_t p = from; p < upto; ++p) {
         const uint64_t block = p / tpb, j = p % tpb;
         const int32_t slot = table[block];
         if (slot == kBadPageIndex) {
+          if (only != nullptr && block < live_begin && block >= g.sink_blocks) continue;
           return Status::invalid("fake engine: writing token " + std::to_string(p) + " of group " +
                                  std::to_string(g.id.value) + ": block " + std::to_string(block) +
                                  " has no page");
@@ -184,8 +219,6 @@ Status FakeEngine::step(const KvCache& cache, FakeRequest& r, uint64_t upto) {
       }
     }
   }
-  r.computed = upto;
-  r.state_written = true;
   return Status::ok();
 }
 

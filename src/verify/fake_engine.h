@@ -23,6 +23,10 @@ struct FakeRequest {
   uint64_t computed = 0;                           // tokens whose KV and state are written
   bool state_written = false;                      // false until the first step wrote the states
   std::vector<std::vector<uint64_t>> prefix_hash;  // per beam, filled by the engine
+  // A request created with reuse: at its first ACTIVE step the engine initializes what the
+  // tree does not hold (PRIVATE groups, and these unselected OPTIONAL groups).
+  bool initialize_on_first_use = false;
+  std::vector<CacheGroupId> unselected_optional;
 };
 
 class FakeEngine {
@@ -40,6 +44,11 @@ class FakeEngine {
   Status step(const KvCache& cache, FakeRequest& request, uint64_t upto);
   // Waits for the cache's pages and checks every resident page.
   Status verify(const KvCache& cache, FakeRequest& request);
+  // Recomputes one group's pages for the tokens already computed (an OPTIONAL group that was
+  // not selected at the first resume starts from fresh pages).
+  Status recompute_group(const KvCache& cache, FakeRequest& request, CacheGroupId group);
+  // Takes over a cache created with reuse: its reused tokens count as computed.
+  static void adopt_reuse(const KvCache& cache, FakeRequest& request);
 
   uint64_t pages_checked() const { return pages_checked_; }
   uint64_t bytes_written() const { return bytes_written_; }
@@ -55,6 +64,8 @@ class FakeEngine {
     std::string name;
   };
   uint64_t prefix(FakeRequest& r, uint32_t beam, uint64_t tokens);
+  Status write(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
+               const CacheGroup* only);
   std::byte* page(const Buffer& b, int32_t slot) const;
   Status check_bytes(const std::byte* at, uint64_t n, uint64_t seed, const std::string& what);
   void fill_bytes(std::byte* at, uint64_t n, uint64_t seed);

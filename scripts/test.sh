@@ -26,3 +26,5 @@ cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDKV_T
 cmake --build build/tsan -j "$jobs" --target kv_cache_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/kv_cache_test \
   --gtest_filter='Lifecycle.NothingReads*:Lifecycle.Concurrent*:Lifecycle.SuspendedPages*'
+cmake --build build/tsan -j "$jobs" --target reuse_test
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/reuse_test --gtest_filter='Reuse.ProbesRun*:Reuse.TreePages*'

@@ -296,7 +296,9 @@ TEST_F(Reuse, OptionalGroupsAreChosenAtTheFirstResume) {
 }
 
 TEST_F(Reuse, TreePagesEvictedToHostComeBackOnAHit) {
-  auto m = make_manager(LifecycleModel{});
+  LifecycleModel model;
+  model.record_events = true;
+  auto m = make_manager(model);
   verify::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 200);
   Request a = make_request(*m, tokens, 160);
@@ -310,6 +312,11 @@ TEST_F(Reuse, TreePagesEvictedToHostComeBackOnAHit) {
   ASSERT_OK(big.cache->resize(16 * 230, 16 * 230 - 1));
   ASSERT_OK(big.cache->close());
   EXPECT_GT(m->take_iteration_stats().pages_offloaded, 0u);
+  size_t moved_to_host = 0;
+  for (const CacheEvent& e : m->take_events()) {
+    moved_to_host += e.kind == CacheEventKind::kUpdated && e.tier == TierKind::kHost ? 1 : 0;
+  }
+  EXPECT_GT(moved_to_host, 0u);
   Request b = make_request(*m, tokens, 200);
   EXPECT_EQ(b.cache->reuse_match().reused_tokens, 160u);
   EXPECT_GT(m->reuse_stats().pages_served_by_tier[static_cast<size_t>(TierKind::kHost)], 0u);
@@ -335,6 +342,9 @@ TEST_F(Reuse, DroppedPagesLeaveTheTreeAndEventsSayWhat) {
   for (const CacheEvent& e : events) stored += e.kind == CacheEventKind::kStored ? 1 : 0;
   EXPECT_EQ(stored, 10u + 3u + 1u);  // full blocks, the window's live blocks, the snapshot
   EXPECT_EQ(events[0].tokens.size(), 16u);
+  EXPECT_EQ(events[0].tier, TierKind::kGpu);
+  EXPECT_EQ(events[0].priority, 35);
+  EXPECT_EQ(events[1].parent_key, events[0].key);  // block 1 hangs under block 0
   Request big = make_request(*m, random_tokens(rng_, 5000), 10);
   ASSERT_OK(big.cache->resume({}));
   ASSERT_OK(big.cache->resize(16 * 118, 0));

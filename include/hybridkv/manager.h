@@ -62,6 +62,8 @@ class KvCacheManager {
 
   // Blocks until every copy up to `event` has completed.
   void wait(CopyEvent event);
+  // Blocks until every copy submitted so far has completed.
+  void synchronize() { wait(CopyEvent{UINT64_MAX}); }
   // Address of slot `slot` of pool `pool` of a pool group on a tier (nullptr: none backend).
   std::byte* slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool,
                           uint32_t slot) const;
@@ -72,6 +74,16 @@ class KvCacheManager {
   std::string check_invariants() const;
   // Debug and tests: the whole metadata state, for before/after equality.
   std::string debug_snapshot() const;
+  // Debug and tests: every page in the prefix tree, where it is.
+  struct TreePage {
+    BlockKey key{};
+    CacheGroupId group;
+    TierKind tier = TierKind::kGpu;
+    PoolGroupId pool_group;
+    uint32_t slot = 0;
+    uint32_t coverage = 0;
+  };
+  std::vector<TreePage> debug_tree_pages() const;
 
  private:
   explicit KvCacheManager(std::unique_ptr<cache_detail::ManagerCore> core);

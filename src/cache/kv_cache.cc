@@ -134,9 +134,14 @@ Result<std::unique_ptr<KvCache>> KvCacheManager::create_kv_cache(const CacheOpti
 
 ReuseMatch KvCacheManager::probe_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
                                        std::span<const MultimodalItem> multimodal) const {
-  prefix::BlockHasher hasher(core_->plan.config().block_hash);  // per call: probes run at once
+  // One hasher per thread and hash kind: probes run at once, and setting a hasher up costs
+  // more than hashing a short prompt.
+  thread_local std::unique_ptr<prefix::BlockHasher> hashers[2];
+  const BlockHash kind = core_->plan.config().block_hash;
+  std::unique_ptr<prefix::BlockHasher>& hasher = hashers[static_cast<size_t>(kind)];
+  if (!hasher) hasher = std::make_unique<prefix::BlockHasher>(kind);
   std::shared_lock<std::shared_mutex> lock(core_->mu);
-  return core_->match(hasher, scope, tokens, multimodal).match;
+  return core_->match(*hasher, scope, tokens, multimodal).match;
 }
 
 void KvCacheManager::clear_reusable_blocks() {
@@ -208,6 +213,23 @@ void KvCacheManager::set_copy_gate(bool open) { core_->backend->set_copy_gate(op
 std::string KvCacheManager::check_invariants() const {
   std::lock_guard<std::shared_mutex> lock(core_->mu);
   return core_->check();
+}
+
+std::vector<KvCacheManager::TreePage> KvCacheManager::debug_tree_pages() const {
+  std::shared_lock<std::shared_mutex> lock(core_->mu);
+  std::vector<TreePage> out;
+  for (prefix::NodeId n = 0; n < core_->tree.capacity(); ++n) {
+    const prefix::Node& node = core_->tree.node(n);
+    if (!node.live) continue;
+    const auto pages = core_->tree.pages(n);
+    for (size_t g = 0; g < pages.size(); ++g) {
+      if (pages[g].page == storage::kNoPage) continue;
+      const storage::Page& p = core_->storage.page(pages[g].page);
+      out.push_back({node.key, CacheGroupId(static_cast<uint32_t>(g)), p.tier, p.pool_group, p.slot,
+                     pages[g].coverage});
+    }
+  }
+  return out;
 }
 
 std::string KvCacheManager::debug_snapshot() const {

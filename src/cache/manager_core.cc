@@ -535,6 +535,7 @@ Status ManagerCore::set_block_priority(uint32_t id, uint64_t first, uint64_t end
   for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t block) {
     if (g.kind == GroupKind::kAttention && block >= first && block < end) {
       storage.set_priority(pid, priority);
+      if (storage.page(pid).in_tree) on_page_moved(pid);  // reported as an update
     }
   });
   return Status::ok();
@@ -615,7 +616,7 @@ std::string ManagerCore::snapshot() const {
     if (!node.live) continue;
     os << "node " << n << " start " << node.start << " tokens " << node.tokens.size() << " pins "
        << node.pins;
-    for (const prefix::NodePage& np : node.pages) {
+    for (const prefix::NodePage& np : tree.pages(n)) {
       os << " " << static_cast<int64_t>(np.page == kNoPage ? -1 : np.page) << "/" << np.coverage;
     }
     os << "\n";

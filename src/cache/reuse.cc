@@ -43,24 +43,41 @@ MatchPlan ManagerCore::match(prefix::BlockHasher& hasher, const ReuseScope& scop
   mp.root = tree.find(hasher.root(scope));
   if (mp.root == kNoNode) return mp;
 
-  auto digests = [&](uint64_t begin, uint64_t end) {
-    std::vector<std::array<uint8_t, 32>> out;
+  // Digests of the multimodal items starting in [begin, end); no allocation without items.
+  std::vector<std::array<uint8_t, 32>> digest_buffer;
+  auto digests = [&](uint64_t begin, uint64_t end) -> std::span<const std::array<uint8_t, 32>> {
+    if (multimodal.empty()) return {};
+    digest_buffer.clear();
     for (const MultimodalItem& item : multimodal) {
-      if (item.position >= begin && item.position < end) out.push_back(item.digest);
+      if (item.position >= begin && item.position < end) digest_buffer.push_back(item.digest);
     }
-    return out;
+    return digest_buffer;
   };
-  // Full blocks by key.
+  // Full blocks by key, in batches: the key chain does not wait for the lookups, so a batch of
+  // keys is hashed, their index slots prefetched, and then looked up in order (a miss in a
+  // million-block index costs about as much as hashing a block).
+  constexpr size_t kBatch = 16;
   NodeId node = mp.root;
   uint64_t pos = 0;
-  while (pos + tpb <= lookup) {
-    const BlockKey key =
-        hasher.key(tree.node(node).key, tokens.subspan(pos, tpb), digests(pos, pos + tpb));
-    const NodeId child = tree.find(key);
-    if (child == kNoNode) break;
-    mp.path.push_back(child);
-    node = child;
-    pos += tpb;
+  BlockKey chain = tree.node(node).key;
+  BlockKey keys[kBatch];
+  for (bool diverged = false; !diverged && pos + tpb <= lookup;) {
+    size_t n = 0;
+    for (; n < kBatch && pos + (n + 1) * tpb <= lookup; ++n) {
+      const uint64_t at = pos + n * tpb;
+      chain = keys[n] = hasher.key(chain, tokens.subspan(at, tpb), digests(at, at + tpb));
+      tree.prefetch(keys[n]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const NodeId child = tree.find(keys[i]);
+      if (child == kNoNode) {
+        diverged = true;
+        break;
+      }
+      mp.path.push_back(child);
+      node = child;
+      pos += tpb;
+    }
   }
   // A partial last block: a partial node matched whole (an exact committed endpoint), or, with
   // enable_partial_reuse, the first tokens of any child.
@@ -96,19 +113,33 @@ MatchPlan ManagerCore::match(prefix::BlockHasher& hasher, const ReuseScope& scop
     const NodePage* np = nullptr;
     uint64_t limit = tpb;
     if (block < mp.path.size()) {
-      np = &tree.node(mp.path[block]).pages[g.id.value];
+      np = &tree.pages(mp.path[block])[g.id.value];
     } else if (block == mp.path.size() && mp.tail != kNoNode) {
-      np = &tree.node(mp.tail).pages[g.id.value];
+      np = &tree.pages(mp.tail)[g.id.value];
       limit = mp.tail_tokens;
     }
     if (np == nullptr || np->page == storage::kNoPage) return {storage::kNoPage, 0};
     return {np->page, std::min<uint64_t>(np->coverage, limit)};
   };
+  // Full attention needs the whole prefix: its covered prefix is computed once, so that each
+  // pruning pass costs O(1) for it instead of a walk over every block.
+  std::vector<uint64_t> covered_prefix(plan.cache_groups().size(), 0);
+  for (const CacheGroup& g : plan.cache_groups()) {
+    if (g.kind != GroupKind::kAttention || g.window) continue;
+    uint64_t b = 0, covered = 0;
+    for (;; ++b) {
+      const uint64_t have = page_at(g, b).second;
+      covered = b * tpb + have;
+      if (have < tpb) break;
+    }
+    covered_prefix[g.id.value] = covered;
+  }
   // The largest L' <= L whose blocks a step from L' reads are covered (one pass).
   auto attention_limit = [&](const CacheGroup& g, uint64_t L) -> uint64_t {
     if (L == 0) return 0;
+    if (!g.window) return std::min(L, covered_prefix[g.id.value]);
     const uint64_t last = (L - 1) / tpb;
-    const uint64_t first = g.window ? (L > *g.window ? L - *g.window : 0) / tpb : 0;
+    const uint64_t first = (L > *g.window ? L - *g.window : 0) / tpb;
     auto covered = [&](uint64_t b) -> std::optional<uint64_t> {
       const uint64_t need = std::min<uint64_t>(L, (b + 1) * tpb) - b * tpb;
       const uint64_t have = page_at(g, b).second;
@@ -126,11 +157,11 @@ MatchPlan ManagerCore::match(prefix::BlockHasher& hasher, const ReuseScope& scop
   // The largest snapshot position <= L (0 when none).
   auto snapshot_limit = [&](const CacheGroup& g, uint64_t L) -> uint64_t {
     if (mp.tail != kNoNode && best_whole && divergence <= L &&
-        tree.node(mp.tail).pages[g.id.value].page != storage::kNoPage) {
+        tree.pages(mp.tail)[g.id.value].page != storage::kNoPage) {
       return divergence;
     }
     for (uint64_t b = std::min<uint64_t>(L / tpb, mp.path.size()); b > 0; --b) {
-      if (tree.node(mp.path[b - 1]).pages[g.id.value].page != storage::kNoPage) return b * tpb;
+      if (tree.pages(mp.path[b - 1])[g.id.value].page != storage::kNoPage) return b * tpb;
     }
     return 0;
   };
@@ -231,9 +262,9 @@ void ManagerCore::attach_match(CacheRecord& rec, const MatchPlan& mp) {
         if (!block_needed(g, b, L, L)) continue;
         const NodePage* np = nullptr;
         if (b < mp.path.size())
-          np = &tree.node(mp.path[b]).pages[g.id.value];
+          np = &tree.pages(mp.path[b])[g.id.value];
         else if (mp.tail != kNoNode)
-          np = &tree.node(mp.tail).pages[g.id.value];
+          np = &tree.pages(mp.tail)[g.id.value];
         if (np == nullptr || np->page == kNoPage) continue;  // an incomplete OPTIONAL group
         const uint32_t beams = b < rec.shared_blocks ? 1 : rec.beam_width;
         for (uint32_t k = 0; k < rec.beam_width; ++k) gs.pages[b * rec.beam_width + k] = np->page;
@@ -246,7 +277,7 @@ void ManagerCore::attach_match(CacheRecord& rec, const MatchPlan& mp) {
         at = mp.tail;
       else if (L % tpb == 0 && L / tpb <= mp.path.size())
         at = mp.path[L / tpb - 1];
-      const storage::PageId snap = at == kNoNode ? kNoPage : tree.node(at).pages[g.id.value].page;
+      const storage::PageId snap = at == kNoNode ? kNoPage : tree.pages(at)[g.id.value].page;
       if (snap == kNoPage) continue;
       for (PageId& e : gs.pages) {
         e = snap;
@@ -363,7 +394,7 @@ void ManagerCore::emit(CacheEventKind kind, NodeId node, CacheGroupId group) {
   if (n.parent != kNoNode) e.parent_key = tree.node(n.parent).key;
   if (kind == CacheEventKind::kStored) e.tokens = n.tokens;
   e.group = group;
-  const PageId pid = n.pages[group.value].page;
+  const PageId pid = tree.pages(node)[group.value].page;
   if (pid != kNoPage) {
     e.tier = storage.page(pid).tier;
     e.priority = storage.page(pid).priority;
@@ -372,7 +403,7 @@ void ManagerCore::emit(CacheEventKind kind, NodeId node, CacheGroupId group) {
 }
 
 void ManagerCore::publish(NodeId node, CacheGroupId group, PageId page, uint32_t coverage) {
-  NodePage& np = tree.node(node).pages[group.value];
+  NodePage& np = tree.pages(node)[group.value];
   HKV_CHECK(np.page == kNoPage, "publishing over an existing tree page");
   np.page = page;
   np.coverage = coverage;
@@ -384,7 +415,7 @@ void ManagerCore::publish(NodeId node, CacheGroupId group, PageId page, uint32_t
 }
 
 void ManagerCore::unpublish(NodeId node, CacheGroupId group) {
-  NodePage& np = tree.node(node).pages[group.value];
+  NodePage& np = tree.pages(node)[group.value];
   if (np.page == kNoPage) return;
   emit(CacheEventKind::kRemoved, node, group);
   const PageId pid = np.page;
@@ -401,11 +432,12 @@ void ManagerCore::on_page_dropped(PageId page) {
   const NodeId node = p.tree_node;
   HKV_CHECK(node != UINT32_MAX, "dropped page %u is not in the tree", page);
   emit(CacheEventKind::kRemoved, node, p.group);
-  tree.node(node).pages[p.group.value] = NodePage{};
+  tree.pages(node)[p.group.value] = NodePage{};
   storage.page(page).tree_node = UINT32_MAX;
   tree.prune(node);
 }
 
+// A tree page changed tier or priority: an update event.
 void ManagerCore::on_page_moved(PageId page) {
   const storage::Page& p = storage.page(page);
   if (p.in_tree) emit(CacheEventKind::kUpdated, p.tree_node, p.group);
@@ -484,7 +516,7 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
       PageId* row = &gs.pages[b * rec.beam_width];
       const PageId own = row[0];
       if (own == kNoPage) continue;  // a released window block
-      const NodePage& np = tree.node(node).pages[g.id.value];
+      const NodePage& np = tree.pages(node)[g.id.value];
       if (np.page == kNoPage) {
         publish(node, g.id, own, tpb);
       } else if (np.page != own && np.coverage == tpb &&
@@ -515,7 +547,7 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
       if (!publishable(g) || g.kind != GroupKind::kAttention) continue;
       const uint64_t b = start / tpb;
       GroupState& gs = rec.groups[g.id.value];
-      if (b >= rec.attention_blocks || tree.node(node).pages[g.id.value].page != kNoPage) continue;
+      if (b >= rec.attention_blocks || tree.pages(node)[g.id.value].page != kNoPage) continue;
       const PageId own = gs.pages[b * rec.beam_width];
       if (own == kNoPage) continue;
       if (is_end) {
@@ -533,7 +565,7 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
       if (!publishable(g) || g.kind != GroupKind::kSsm) continue;
       GroupState& gs = rec.groups[g.id.value];
       const PageId own = gs.pages[0];
-      if (own == kNoPage || tree.node(snapshot_node).pages[g.id.value].page != kNoPage) continue;
+      if (own == kNoPage || tree.pages(snapshot_node)[g.id.value].page != kNoPage) continue;
       const uint32_t coverage = static_cast<uint32_t>(tree.node(snapshot_node).tokens.size());
       if (is_end) {
         // The state moves into the tree: the request computes nothing more.
@@ -594,7 +626,7 @@ Status ManagerCore::plan_snapshot_drop(uint32_t id) {
   }
   for (const CacheGroup& g : plan.cache_groups()) {
     const bool target = g.kind == GroupKind::kSsm || g.window.has_value();
-    NodePage& np = tree.node(node).pages[g.id.value];
+    NodePage& np = tree.pages(node)[g.id.value];
     if (!target || np.page == kNoPage) continue;
     ++np.planned_drops;
     ++tree.node(node).pins;  // the node stays until the plan runs
@@ -606,7 +638,7 @@ Status ManagerCore::plan_snapshot_drop(uint32_t id) {
 Status ManagerCore::release_planned_drops(uint32_t id) {
   CacheRecord& rec = caches[id];
   for (const auto& [node, group] : rec.planned_drops) {
-    NodePage& np = tree.node(node).pages[group];
+    NodePage& np = tree.pages(node)[group];
     --tree.node(node).pins;
     if (np.page != kNoPage && np.planned_drops > 0 && --np.planned_drops == 0) {
       unpublish(node, CacheGroupId(group));
@@ -640,7 +672,7 @@ std::string ManagerCore::check_tree() const {
       return "tree node " + std::to_string(id) + " has a wrong token count";
     }
     for (const CacheGroup& g : plan.cache_groups()) {
-      const NodePage& np = n.pages[g.id.value];
+      const NodePage& np = tree.pages(id)[g.id.value];
       if (np.page == kNoPage) continue;
       const storage::Page& p = storage.page(np.page);
       if (!p.live || !p.in_tree || p.tree_node != id || p.group != g.id) {
@@ -655,7 +687,7 @@ std::string ManagerCore::check_tree() const {
     const storage::Page& p = storage.page(pid);
     if (!p.live || !p.in_tree) continue;
     if (p.tree_node >= tree.capacity() || !tree.node(p.tree_node).live ||
-        tree.node(p.tree_node).pages[p.group.value].page != pid) {
+        tree.pages(p.tree_node)[p.group.value].page != pid) {
       return "page " + std::to_string(pid) + " is in_tree but no node holds it";
     }
   }

@@ -1,6 +1,7 @@
 // The none and host backends.
 #include "memory/backend.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -107,7 +108,8 @@ class HostBackend final : public MemoryBackend {
 
   void wait(CopyEvent event) override {
     std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return completed_ >= event.ticket; });
+    const uint64_t ticket = std::min(event.ticket, submitted_);  // a future ticket: all so far
+    done_cv_.wait(lock, [&] { return completed_ >= ticket; });
   }
 
   bool is_complete(CopyEvent event) const override {

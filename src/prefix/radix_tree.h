@@ -9,7 +9,7 @@
 // Thread-safety: none; the manager's lock covers it (probes take it shared and only read).
 #pragma once
 
-#include <unordered_map>
+#include <span>
 #include <vector>
 
 #include "prefix/block_hash.h"
@@ -33,27 +33,42 @@ struct Node {
   std::vector<int32_t> tokens;  // the block's tokens (empty for a root)
   bool full = false;            // tokens_per_block tokens (roots count as full)
   bool live = false;
-  std::vector<NodePage> pages;   // by cache group id
   std::vector<NodeId> children;  // full and partial
   uint32_t pins = 0;             // roots, and caches committing under this node
 
   uint64_t end() const { return start + tokens.size(); }
-  bool empty() const {
-    for (const NodePage& p : pages) {
-      if (p.page != storage::kNoPage) return false;
-    }
-    return true;
+};
+
+// Key -> node, open addressing with linear probing. Slots keep the whole key, so a lookup
+// touches one cache line (and can be prefetched): with a million blocks the index is the
+// dominant memory access of a match.
+class KeyIndex {
+ public:
+  NodeId find(const BlockKey& key) const;
+  void insert(const BlockKey& key, NodeId id);  // Requires: key absent
+  void erase(const BlockKey& key);              // Requires: key present
+  void prefetch(const BlockKey& key) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[home(key)]);
   }
+  size_t size() const { return size_; }
+
+ private:
+  struct Slot {
+    BlockKey key;
+    NodeId id = kNoNode;
+  };
+  size_t home(const BlockKey& key) const { return BlockKeyHash()(key) & (slots_.size() - 1); }
+  void grow();
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
 };
 
 class RadixTree {
  public:
   explicit RadixTree(size_t num_groups) : num_groups_(num_groups) {}
 
-  NodeId find(const BlockKey& key) const {
-    auto it = index_.find(key);
-    return it == index_.end() ? kNoNode : it->second;
-  }
+  NodeId find(const BlockKey& key) const { return index_.find(key); }
+  void prefetch(const BlockKey& key) const { index_.prefetch(key); }
   // The root of a scope (created and pinned on first use).
   NodeId root(const BlockKey& key);
   // A new child. Requires: no node with `key`.
@@ -63,14 +78,23 @@ class RadixTree {
 
   Node& node(NodeId id) { return nodes_[id]; }
   const Node& node(NodeId id) const { return nodes_[id]; }
+  // The node's page per cache group (kept in one flat array, for locality).
+  std::span<NodePage> pages(NodeId id) {
+    return std::span<NodePage>(pages_).subspan(id * num_groups_, num_groups_);
+  }
+  std::span<const NodePage> pages(NodeId id) const {
+    return std::span<const NodePage>(pages_).subspan(id * num_groups_, num_groups_);
+  }
+  bool empty(NodeId id) const;
   size_t capacity() const { return nodes_.size(); }
   size_t size() const { return index_.size(); }
 
  private:
   size_t num_groups_;
   std::vector<Node> nodes_;
+  std::vector<NodePage> pages_;  // num_groups_ per node
   std::vector<NodeId> free_;
-  std::unordered_map<BlockKey, NodeId, BlockKeyHash> index_;
+  KeyIndex index_;
 };
 
 }  // namespace hybridkv::prefix

@@ -1,0 +1,237 @@
+// The randomized scheduler with prefix reuse: requests share trunks of tokens and fork from
+// them, commit what they computed (sometimes as their end), choose OPTIONAL groups at their
+// first resume, plan snapshot drops, and run under memory pressure. The fake engine checks every
+// step; the checker runs after every operation; tree pages are checked never to change while
+// they are in the tree. Prints its seed; HKV_SEED replays one.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "lifecycle_fixture.h"
+
+namespace hybridkv {
+namespace {
+
+using testing::advance;
+using testing::commit_computed;
+using testing::LifecycleModel;
+using testing::make_manager;
+using testing::random_tokens;
+using testing::Request;
+
+#ifdef HKV_SANITIZED
+constexpr uint64_t kOperations = 20'000;
+#else
+constexpr uint64_t kOperations = 100'000;
+#endif
+
+constexpr CacheGroupId kFull(2), kOptional(3);
+
+// Digest of the bytes a tree page vouches for: the covered tokens of every attention buffer, the
+// whole state of an SSM buffer. (Bytes past the coverage of a partial block carry no meaning.)
+uint64_t covered_digest(const KvCacheManager& m, const KvCacheManager::TreePage& t) {
+  const StoragePlan& plan = m.plan();
+  const CacheGroup& g = plan.cache_group(t.group);
+  const uint32_t tpb = plan.config().tokens_per_block;
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t b : g.buffers) {
+    const PlannedBuffer& pb = plan.buffers()[b];
+    const std::byte* at = m.slot_address(t.tier, t.pool_group, pb.pool, t.slot) + pb.offset;
+    const uint64_t n = g.kind == GroupKind::kSsm ? pb.size : t.coverage * pb.size / tpb;
+    for (uint64_t i = 0; i < n; ++i) h = (h ^ static_cast<uint8_t>(at[i])) * 1099511628211ull;
+  }
+  return h;
+}
+
+struct Counters {
+  uint64_t ops = 0, creates = 0, reused_creates = 0, reused_tokens = 0, steps = 0, commits = 0,
+           end_commits = 0, failed_commits = 0, resumes = 0, refused = 0, optional_selected = 0,
+           optional_refused_choice = 0, planned_drops = 0, tree_checks = 0;
+};
+
+TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
+  uint64_t seed = std::random_device{}();
+  if (const char* s = std::getenv("HKV_SEED")) seed = std::strtoull(s, nullptr, 10);
+  std::printf("seed %llu (replay with HKV_SEED=%llu)\n", static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  LifecycleModel model;
+  model.optional_attention = true;
+  model.partial_reuse = true;
+  model.host_quota = 1ull << 20;
+  model.pool_ratio = std::vector<double>{1.0, 0.05, 0.8};
+  auto m = make_manager(model);
+  ASSERT_TRUE(m);
+  verify::FakeEngine engine(*m);
+  engine.set_sampled_check(16);
+  std::vector<std::vector<int32_t>> trunks;
+  for (int i = 0; i < 4; ++i) trunks.push_back(random_tokens(rng, 900));
+  constexpr size_t kRequests = 10;
+  std::vector<Request> requests(kRequests);
+  std::map<std::pair<BlockKey, uint32_t>, uint64_t> tree_digests;
+  Counters n;
+  const std::string where = "seed " + std::to_string(seed);
+
+  for (n.ops = 0; n.ops < kOperations; ++n.ops) {
+    Request& r = requests[rng() % kRequests];
+    const uint64_t dice = rng() % 100;
+    if (!r.cache) {
+      // A prompt that shares a random prefix of a trunk, then forks.
+      const std::vector<int32_t>& trunk = trunks[rng() % trunks.size()];
+      const size_t shared = rng() % 700;
+      const size_t total = shared + 1 + rng() % 200;
+      std::vector<int32_t> tokens(trunk.begin(), trunk.begin() + shared);
+      const std::vector<int32_t> tail = random_tokens(rng, total - shared);
+      tokens.insert(tokens.end(), tail.begin(), tail.end());
+      const size_t prompt = std::max<size_t>(1, std::min(total, shared + rng() % 100));
+      r = testing::make_request(*m, tokens, prompt);
+      ASSERT_TRUE(r.cache) << where;
+      ++n.creates;
+      const uint64_t reused = r.cache->reuse_match().reused_tokens;
+      if (reused) {
+        ++n.reused_creates;
+        n.reused_tokens += reused;
+      }
+      const ReuseMatch match = r.cache->reuse_match();
+      ASSERT_LE(match.reused_tokens, match.hybrid_tokens);
+      ASSERT_LE(match.hybrid_tokens, match.divergence_tokens);
+      ASSERT_LE(match.divergence_tokens, match.lookup_tokens);
+    } else if (r.cache->state() == CacheState::kSuspended) {
+      std::vector<CacheGroupId> choice;
+      const bool fresh = r.cache->reuse_match().reused_tokens > 0 && r.fake.initialize_on_first_use;
+      if (fresh && rng() % 10 == 0) {
+        // An invalid choice: an error, and nothing changes.
+        const std::string before = m->debug_snapshot();
+        ASSERT_EQ(r.cache->resume({}, {kFull}).code(), StatusCode::kInvalidArgument);
+        ASSERT_EQ(m->debug_snapshot(), before) << where;
+        ++n.optional_refused_choice;
+        continue;
+      }
+      if (fresh && r.cache->reuse_match().groups[kOptional.value].complete && rng() % 2) {
+        choice.push_back(kOptional);
+      }
+      const Status s = r.cache->resume({}, choice);
+      if (!s.is_ok()) {
+        ++n.refused;
+        ASSERT_TRUE(s.code() == StatusCode::kRefused || s.code() == StatusCode::kOutOfPages)
+            << s.to_string();
+        if (dice < 30) {
+          ASSERT_OK(r.cache->close());
+          r = Request{};
+        }
+      } else {
+        ++n.resumes;
+        if (fresh) {
+          if (choice.empty())
+            r.fake.unselected_optional = {kOptional};
+          else
+            ++n.optional_selected;
+        }
+        engine.set_sampled_check(0);
+        const Status v = engine.verify(*r.cache, r.fake);
+        ASSERT_TRUE(v.is_ok()) << where << " op " << n.ops << ": " << v.message();
+        engine.set_sampled_check(16);
+      }
+    } else if (dice < 50) {
+      const uint64_t total = r.fake.tokens[0].size();
+      if (r.fake.computed >= total) {
+        ASSERT_OK(r.cache->close());
+        r = Request{};
+        continue;
+      }
+      const uint64_t chunk = 1 + rng() % (rng() % 4 == 0 ? 200 : 16);
+      const uint64_t upto = std::min(total, r.fake.computed + chunk);
+      const Status s = r.cache->resize(upto, r.fake.computed);
+      if (!s.is_ok()) {
+        ASSERT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
+        ASSERT_OK(r.cache->suspend());
+        continue;
+      }
+      const Status step = engine.step(*r.cache, r.fake, upto);
+      ASSERT_TRUE(step.is_ok()) << where << " op " << n.ops << ": " << step.message();
+      ++n.steps;
+    } else if (dice < 65) {
+      const bool is_end = rng() % 8 == 0;
+      const std::string before = rng() % 8 == 0 ? m->debug_snapshot() : "";
+      if (r.cache->history() < r.fake.computed) {
+        const Status s = r.cache->resize(r.cache->capacity(), r.fake.computed);
+        if (!s.is_ok()) continue;
+      }
+      const std::string before_commit = before.empty() ? "" : m->debug_snapshot();
+      const Status s = commit_computed(r, is_end);
+      if (!s.is_ok()) {
+        ASSERT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
+        if (!before_commit.empty()) {
+          ASSERT_EQ(m->debug_snapshot(), before_commit) << where;
+        }
+        ++n.failed_commits;
+        continue;
+      }
+      ++n.commits;
+      if (is_end) {
+        ++n.end_commits;
+        ASSERT_OK(r.cache->close());
+        r = Request{};
+      } else if (rng() % 6 == 0 && r.cache->plan_snapshot_drop().is_ok()) {
+        ++n.planned_drops;
+      }
+    } else if (dice < 80) {
+      ASSERT_OK(r.cache->suspend());
+    } else if (dice < 90) {
+      const Status v = engine.verify(*r.cache, r.fake);
+      ASSERT_TRUE(v.is_ok()) << where << " op " << n.ops << ": " << v.message();
+    } else if (dice < 93) {
+      ASSERT_OK(r.cache->release_planned_drops());
+    } else {
+      ASSERT_OK(r.cache->close());
+      r = Request{};
+    }
+    ASSERT_EQ(m->check_invariants(), "") << where << " op " << n.ops;
+    if (n.ops % 200 == 0) {
+      // Tree pages never change while they are in the tree (moves between tiers copy them).
+      std::map<std::pair<BlockKey, uint32_t>, uint64_t> now;
+      m->synchronize();  // pages that just moved tiers may still be on their way
+      for (const KvCacheManager::TreePage& t : m->debug_tree_pages()) {
+        const auto key = std::make_pair(t.key, t.group.value);
+        now[key] = covered_digest(*m, t);
+        auto it = tree_digests.find(key);
+        if (it != tree_digests.end()) {
+          ASSERT_EQ(it->second, now[key])
+              << where << " op " << n.ops << ": a tree page changed: group " << t.group.value << " "
+              << tier_kind_name(t.tier) << " slot " << t.slot << " coverage " << t.coverage;
+        }
+      }
+      tree_digests = std::move(now);
+      ++n.tree_checks;
+    }
+  }
+  for (Request& r : requests) {
+    if (r.cache) {
+      ASSERT_OK(r.cache->close());
+    }
+  }
+  m->clear_reusable_blocks();
+  ASSERT_EQ(m->check_invariants(), "");
+  for (const TierStorage& t : m->storage_stats().tiers) {
+    for (const PoolGroupStorage& pg : t.pool_groups) ASSERT_EQ(pg.free_slots, pg.total_slots);
+  }
+  std::printf(
+      "ops %llu: creates %llu (reused %llu, %llu tokens), steps %llu, commits %llu "
+      "(end %llu, failed %llu), resumes %llu, refused %llu, OPTIONAL selected %llu, "
+      "invalid choices %llu, planned drops %llu, tree checks %llu\n",
+      (unsigned long long)n.ops, (unsigned long long)n.creates,
+      (unsigned long long)n.reused_creates, (unsigned long long)n.reused_tokens,
+      (unsigned long long)n.steps, (unsigned long long)n.commits, (unsigned long long)n.end_commits,
+      (unsigned long long)n.failed_commits, (unsigned long long)n.resumes,
+      (unsigned long long)n.refused, (unsigned long long)n.optional_selected,
+      (unsigned long long)n.optional_refused_choice, (unsigned long long)n.planned_drops,
+      (unsigned long long)n.tree_checks);
+  EXPECT_GT(n.reused_creates, 0u);
+  EXPECT_GT(n.optional_selected, 0u);
+  EXPECT_GT(n.end_commits, 0u);
+}
+
+}  // namespace
+}  // namespace hybridkv

@@ -117,6 +117,9 @@ TEST_F(Reuse, MultiTurnReusesUpToEachSnapshot) {
     ASSERT_OK(r.cache->close());
     EXPECT_EQ(m->check_invariants(), "");
   }
+  // The 10-token partial block keeps its snapshot after turn 2 filled block 0.
+  std::vector<int32_t> eleven(conversation.begin(), conversation.begin() + 11);
+  EXPECT_EQ(m->probe_reuse({}, eleven).reused_tokens, 10u);
   const ReuseStats stats = m->reuse_stats();
   EXPECT_EQ(stats.groups[kSsm.value].lookups, 3u);
   EXPECT_EQ(stats.groups[kSsm.value].hits, 2u);

@@ -107,7 +107,44 @@ TEST(CliPlan, NoBlockReuseHoldsTheSsmPoolAtTheLiveFloor) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_TRUE(j["pool_groups"][0]["live_floor"].get<bool>());
-  EXPECT_EQ(j["tiers"][0]["pool_groups"][0]["slots"].get<uint64_t>(), 9u);  // ceil(8 / 0.97)
+  // 8 requests -> N = 8 + 1 living caches; ceil(9 / 0.97) = 10 states.
+  EXPECT_EQ(j["tiers"][0]["pool_groups"][0]["slots"].get<uint64_t>(), 10u);
+}
+
+TEST(CliPlan, ServingFlagsShowStateAndReplayGroupsForEveryModel) {
+  const char* files[] = {
+      "nemotron_h_8b.json",      "nemotron_nano_9b_v2.json", "nemotron_3_nano_30b_a3b.json",
+      "qwen3_next_80b_a3b.json", "jamba_v0_1.json",          "falcon_h1_7b.json",
+      "granite_4_0_h_tiny.json", "granite_4_0_h_small.json", "kimi_linear_48b_a3b.json",
+      "zamba2_2_7b.json",        "mamba2_2_7b.json",         "mistral_7b_v0_1.json",
+      "gemma_3_270m.json"};
+  for (const char* file : files) {
+    for (int tp : {1, 2, 4}) {
+      SCOPED_TRACE(std::string(file) + " tp " + std::to_string(tp));
+      const CliRun r = run_cli("plan --model " + model(file) + " --tp " + std::to_string(tp) +
+                               " --max-batch 64 --spec-tokens 3 --json");
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const nlohmann::json j = nlohmann::json::parse(r.out);
+      bool state = false, replay = false;
+      for (const auto& g : j["cache_groups"]) {
+        for (const auto& b : g["buffers"]) {
+          state = state || b["role"] == "ssm_state";
+          replay = replay || b["role"].get<std::string>().rfind("replay_", 0) == 0;
+        }
+      }
+      const bool recurrent = j["model"]["recurrent_layers"].get<int>() > 0;
+      EXPECT_EQ(state, recurrent);
+      EXPECT_EQ(replay, recurrent && std::string(file) != "jamba_v0_1.json");  // Mamba1: none
+      EXPECT_EQ(j["config"]["max_live_kv_caches"].get<int>(), 65);
+    }
+  }
+  const CliRun ring = run_cli("plan --model " + model("qwen3_next_80b_a3b.json") +
+                              " --spec-tokens 3 --replay-layout ring --pp 2 --pp-rank 1 --json");
+  ASSERT_EQ(ring.exit_code, 0) << ring.err;
+  const CliRun bad = run_cli("plan --model " + model("nemotron_h_8b.json") +
+                             " --spec-tokens 3 --replay-layout ring");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("replay_layout ring is only for GDN models"), std::string::npos);
 }
 
 void expect_bad_input(const std::string& args, const std::string& expected) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "hybridkv/hybrid.h"
 #include "hybridkv/model.h"
 #include "hybridkv/plan.h"
 #include "plan_report.h"
@@ -55,7 +56,14 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   plan->add_option("--disk-path", o.disk_path, "directory of the disk tier");
   plan->add_option("--max-batch", o.max_batch, "requests per step (the typical step's size)");
   plan->add_option("--typical-len", o.typical_len, "tokens per request of the typical step");
-  plan->add_option("--max-live", o.max_live, "max_live_kv_caches (fixed PRIVATE pool)");
+  plan->add_option("--max-live", o.max_live, "override max_live_kv_caches (default: from serving)");
+  plan->add_option("--pp", o.pp, "pipeline-parallel size");
+  plan->add_option("--pp-rank", o.pp_rank, "pipeline rank to plan");
+  plan->add_option("--spec-tokens", o.spec_tokens, "speculative tokens (replay buffers)");
+  plan->add_option("--replay-layout", o.replay_layout, "private or ring (GDN)");
+  plan->add_flag("--overlap", o.overlap, "overlap scheduling (doubles living caches)");
+  plan->add_option("--disagg-role", o.disagg_role, "both, context or generation");
+  plan->add_option("--dummy-slots", o.dummy_slots, "CUDA-graph padding requests");
   plan->add_option("--tokens-per-block", o.tokens_per_block, "tokens per attention page");
   plan->add_option("--max-util", o.max_util, "max_util_for_resume");
   plan->add_flag("--no-block-reuse", o.no_block_reuse, "disable prefix reuse");
@@ -78,34 +86,54 @@ int run_plan_command(const PlanOptions& o) {
     if (!parse_dtype_flag("--ssm-dtype", o.ssm_dtype, &d, &error)) return fail(error);
     mo.ssm_dtype = d;
   }
-  ManagerConfig config;
-  config.tokens_per_block = o.tokens_per_block;
-  config.max_util_for_resume = o.max_util;
-  config.enable_block_reuse = !o.no_block_reuse;
-  if (o.max_live) config.max_live_kv_caches = o.max_live;
+  ServingConfig serving;
+  serving.tokens_per_block = o.tokens_per_block;
+  serving.max_util_for_resume = o.max_util;
+  serving.enable_block_reuse = !o.no_block_reuse;
+  serving.max_batch = o.max_batch;
+  serving.pp_size = o.pp;
+  serving.pp_rank = o.pp_rank;
+  serving.num_spec_tokens = o.spec_tokens;
+  serving.overlap_scheduling = o.overlap;
+  serving.dummy_slots = o.dummy_slots;
+  serving.typical_len = o.typical_len;
+  if (o.replay_layout == "private") {
+    serving.replay_layout = ReplayLayout::kPrivate;
+  } else if (o.replay_layout == "ring") {
+    serving.replay_layout = ReplayLayout::kRing;
+  } else {
+    return fail("--replay-layout: '" + o.replay_layout + "' is not private or ring");
+  }
+  if (o.disagg_role == "both") {
+    serving.role = DisaggRole::kBoth;
+  } else if (o.disagg_role == "context") {
+    serving.role = DisaggRole::kContext;
+  } else if (o.disagg_role == "generation") {
+    serving.role = DisaggRole::kGeneration;
+  } else {
+    return fail("--disagg-role: '" + o.disagg_role + "' is not both, context or generation");
+  }
+  if (o.typical_len == 0) return fail("--typical-len: 0 must be > 0");
   uint64_t quota = 0;
+  serving.tiers.clear();
   if (!parse_quota("--gpu-quota", o.gpu_quota, &quota, &error)) return fail(error);
-  config.tiers.push_back({TierKind::kGpu, quota, ""});
+  serving.tiers.push_back({TierKind::kGpu, quota, ""});
   if (!o.host_quota.empty()) {
     if (!parse_quota("--host-quota", o.host_quota, &quota, &error)) return fail(error);
-    config.tiers.push_back({TierKind::kHost, quota, ""});
+    serving.tiers.push_back({TierKind::kHost, quota, ""});
   }
   if (!o.disk_quota.empty()) {
     if (!parse_quota("--disk-quota", o.disk_quota, &quota, &error)) return fail(error);
     if (o.disk_path.empty()) return fail("--disk-quota needs --disk-path");
-    config.tiers.push_back({TierKind::kDisk, quota, o.disk_path});
-  }
-  if (o.max_batch) {
-    if (o.typical_len == 0) return fail("--typical-len: 0 must be > 0");
-    BatchShape step;
-    step.requests.assign(o.max_batch, RequestShape{o.typical_len, o.typical_len - 1});
-    config.typical_step = step;
+    serving.tiers.push_back({TierKind::kDisk, quota, o.disk_path});
   }
 
   Result<ModelDescription> model = read_model_config(o.model, mo);
   if (!model) return fail(model.status().message());
-  config.attention_layers = model->attention_layer_configs(config.tokens_per_block);
-  config.ssm_layers = model->ssm_layer_configs();
+  Result<ManagerConfig> hybrid = hybrid_manager_config(*model, serving);
+  if (!hybrid) return fail(hybrid.status().message());
+  ManagerConfig config = std::move(hybrid).value();
+  if (o.max_live) config.max_live_kv_caches = o.max_live;
   Result<StoragePlan> plan = StoragePlan::build(config);
   if (!plan) return fail(plan.status().message());
   if (o.json) {

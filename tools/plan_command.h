@@ -13,7 +13,14 @@ struct PlanOptions {
   std::string host_quota;
   std::string disk_quota;
   std::string disk_path;
-  uint32_t max_batch = 0;       // 0: the default typical step
+  uint32_t max_batch = 64;  // requests per step (the typical step's size)
+  uint32_t pp = 1;
+  uint32_t pp_rank = 0;
+  uint32_t spec_tokens = 0;
+  std::string replay_layout = "private";
+  bool overlap = false;
+  std::string disagg_role = "both";
+  uint32_t dummy_slots = 0;
   uint64_t typical_len = 2048;  // tokens per request of the typical step
   uint32_t max_live = 0;        // 0: unset
   uint32_t tokens_per_block = 32;

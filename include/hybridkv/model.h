@@ -69,6 +69,7 @@ struct ModelDescription {
   std::string model_type;
   std::string family;  // "Mamba2", "GDN", "KDA + MLA", "Mamba1", "attention", ...
   uint32_t num_model_layers = 0;
+  uint32_t num_mtp_layers = 0;  // num_nextn_predict_layers: speculative (MTP) layers
   std::optional<uint64_t> max_position_embeddings;
   uint32_t tp_size = 1;
   DType kv_dtype = DType::kBF16;

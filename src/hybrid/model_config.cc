@@ -142,6 +142,9 @@ Result<ModelDescription> parse_model_config(std::string_view json_text, const Mo
         out.ssm_dtype = *d;
       }
     }
+    if (f.has("num_nextn_predict_layers")) {
+      out.num_mtp_layers = static_cast<uint32_t>(f.non_negative("num_nextn_predict_layers"));
+    }
     model_detail::read_family(f, out.model_type, options, out);
   } catch (const model_detail::ReadError& e) {
     return Status::invalid(where + ": " + e.what());

@@ -1,0 +1,168 @@
+// The engine-facing layer for hybrid models (DESIGN §7).
+//
+// hybrid_manager_config() turns a model description and serving settings into a ManagerConfig
+// for one pipeline-parallel rank: the rank's contiguous share of the base layers (speculative
+// MTP layers on the last rank), each recurrent layer's state and conv buffers, and, with
+// speculative decoding, the family's replay buffers: PRIVATE (own group, own slot, own index)
+// or coupled (REQUIRED, same slot and index as the state, carried by snapshots). Living caches
+// are bounded by N = max_batch x pp x (2 with overlap scheduling or disaggregation) + dummy
+// slots + 1, which also sizes the fixed PRIVATE replay pool: replay bytes are a fixed intercept.
+//
+// HybridCacheManager maps request ids to caches, hands out per-step state and replay indices
+// and the replay pages to reset (a request's first replay page, dummies included; the mark is
+// cleared when the request is freed or its state dropped for re-prefill, not by suspend), plans
+// where snapshots are taken, and scans buffers for NaN/Inf.
+//
+// Thread-safety: HybridCacheManager is driven by one scheduler thread; the KvCacheManager under
+// it is thread-safe. Cost: prepare_step is O(requests in the step + their blocks).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hybridkv/manager.h"
+#include "hybridkv/model.h"
+
+namespace hybridkv {
+
+enum class DisaggRole : uint8_t { kBoth, kContext, kGeneration };
+enum class ReplayLayout : uint8_t {
+  kPrivate,  // every family: own PRIVATE group, own slot, own index
+  kRing,     // GDN only (FlashInfer ring): k_ring, u_ring, g_ring coupled to the state slot
+};
+const char* replay_layout_name(ReplayLayout layout);
+
+// Where snapshots are taken (DESIGN §7). The engine asks next_snapshot_point() and ends its
+// prefill chunks there; commits happen only at snapshot points.
+struct SnapshotPolicy {
+  std::optional<uint64_t> periodic_interval;  // every k tokens
+  std::vector<uint64_t> offsets_from_start;   // at these prompt positions
+  std::vector<uint64_t> offsets_from_end;     // at prompt_len - offset
+  bool final_prompt_boundary = true;          // at the end of the prompt
+  bool branch_point = false;                  // where the prompt leaves the tree
+  bool demand_driven = false;                 // where lookups found attention reuse past the
+                                              // last snapshot
+};
+
+struct ServingConfig {
+  // --- parallelism and scheduling ---
+  uint32_t max_batch = 64;  // requests per step on this rank
+  uint32_t pp_size = 1;     // pipeline-parallel ranks
+  uint32_t pp_rank = 0;
+  bool overlap_scheduling = false;  // doubles the living caches
+  DisaggRole role = DisaggRole::kBoth;
+  uint32_t dummy_slots = 0;            // CUDA-graph padding requests kept alive
+  std::optional<uint32_t> mtp_layers;  // unset: the config's num_nextn_predict_layers
+  // --- speculative decoding ---
+  uint32_t num_spec_tokens = 0;  // 0: no replay buffers
+  ReplayLayout replay_layout = ReplayLayout::kPrivate;
+  // --- cache ---
+  uint32_t tokens_per_block = 32;
+  std::vector<TierConfig> tiers = {{TierKind::kGpu, 16ull << 30, ""}};
+  double max_util_for_resume = 0.97;
+  bool enable_block_reuse = true;
+  uint64_t typical_len = 2048;  // tokens per request of the typical step (pool ratio)
+  SnapshotPolicy snapshots;
+};
+
+// N = max_batch x pp_size x (2 with overlap scheduling or disaggregation) + dummy_slots + 1.
+uint64_t max_live_caches(const ServingConfig& serving);
+
+// The manager config of one rank. Errors name the serving field and value.
+Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model,
+                                            const ServingConfig& serving);
+
+// Where a non-finite value sits.
+struct NonFiniteReport {
+  LayerId layer = 0;
+  std::string role;
+  uint32_t slot = 0;     // GPU slot of the page
+  uint64_t element = 0;  // index within the page
+  std::optional<uint64_t> request_id;
+};
+
+class HybridCacheManager {
+ public:
+  static Result<std::unique_ptr<HybridCacheManager>> create(const ModelDescription& model,
+                                                            const ServingConfig& serving,
+                                                            const BackendOptions& backend = {});
+  // From a manager config the caller derived from hybrid_manager_config() and adjusted.
+  static Result<std::unique_ptr<HybridCacheManager>> create(const ManagerConfig& config,
+                                                            const ServingConfig& serving,
+                                                            const BackendOptions& backend = {});
+  ~HybridCacheManager();
+
+  KvCacheManager& manager() { return *manager_; }
+  const StoragePlan& plan() const { return manager_->plan(); }
+  const ServingConfig& serving() const { return serving_; }
+  // The REQUIRED SSM group (nullopt on a rank without recurrent layers).
+  std::optional<CacheGroupId> state_group() const { return state_group_; }
+  // The group whose slot holds replay state (the state group itself when coupled).
+  std::optional<CacheGroupId> replay_group() const { return replay_group_; }
+
+  // --- requests ---
+  // A new request: a SUSPENDED cache that already holds what the prefix tree offers.
+  Status add_request(uint64_t request_id, std::span<const int32_t> prompt, ReuseScope scope = {});
+  Status resume(uint64_t request_id);
+  Status suspend(uint64_t request_id);
+  Status resize(uint64_t request_id, uint64_t capacity, uint64_t history);
+  // The request comes back as a context request: its state is dropped (a new cache, matched
+  // against the tree again) and its replay state starts from reset.
+  Status reprefill(uint64_t request_id);
+  // Frees everything the request holds; committed pages stay in the tree.
+  Status free_request(uint64_t request_id);
+  KvCache* cache(uint64_t request_id);
+  size_t num_requests() const { return requests_.size(); }
+
+  // --- snapshots ---
+  // The next position after the request's history where a snapshot is taken (the engine ends
+  // its prefill chunk there); the prompt length when none comes earlier.
+  Result<uint64_t> next_snapshot_point(uint64_t request_id) const;
+  // Commits [committed, history) when history is a snapshot point; otherwise nothing.
+  Status commit_at_snapshot(uint64_t request_id);
+
+  // --- per step ---
+  struct StepEntry {
+    std::optional<uint64_t> request_id;  // nullopt: a dummy (CUDA-graph padding)
+    int32_t state_index = kBadPageIndex;
+    int32_t replay_index = kBadPageIndex;  // equals state_index when coupled
+  };
+  struct Step {
+    std::vector<StepEntry> entries;      // requests, then dummies
+    std::vector<int32_t> replay_resets;  // replay indices whose replay state must be reset
+  };
+  // Requires: every request ACTIVE; num_dummies <= dummy_slots.
+  Result<Step> prepare_step(std::span<const uint64_t> request_ids, uint32_t num_dummies);
+
+  // --- diagnostics ---
+  // Scans pages by declared dtype for NaN/Inf: one request's, or every living cache's.
+  std::vector<NonFiniteReport> scan_non_finite(std::optional<uint64_t> request_id = {}) const;
+
+ private:
+  struct Request {
+    std::unique_ptr<KvCache> cache;
+    std::vector<int32_t> prompt;
+    ReuseScope scope;
+    bool replay_reset_pending = true;  // its replay page has not been reset yet
+    std::vector<uint64_t> demand_points;
+  };
+  HybridCacheManager() = default;
+  Status lookup(uint64_t request_id, Request** out);
+  std::vector<uint64_t> demand_points_for(const Request& r) const;
+
+  ServingConfig serving_;
+  std::unique_ptr<KvCacheManager> manager_;
+  std::optional<CacheGroupId> state_group_;
+  std::optional<CacheGroupId> replay_group_;
+  std::map<uint64_t, Request> requests_;
+  std::vector<std::unique_ptr<KvCache>> dummies_;
+  std::vector<bool> dummy_reset_pending_;
+  std::vector<uint64_t> demanded_;  // token positions where attention reuse outran snapshots
+};
+
+}  // namespace hybridkv

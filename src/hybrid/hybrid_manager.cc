@@ -1,0 +1,326 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "hybridkv/hybrid.h"
+#include "util/units.h"
+
+namespace hybridkv {
+
+Result<std::unique_ptr<HybridCacheManager>> HybridCacheManager::create(
+    const ModelDescription& model, const ServingConfig& serving, const BackendOptions& backend) {
+  Result<ManagerConfig> config = hybrid_manager_config(model, serving);
+  if (!config) return config.status();
+  return create(*config, serving, backend);
+}
+
+Result<std::unique_ptr<HybridCacheManager>> HybridCacheManager::create(
+    const ManagerConfig& input, const ServingConfig& serving, const BackendOptions& backend) {
+  Result<ManagerConfig> config = input;
+  // A configuration that cannot hold its own floors is refused, not silently raised: the
+  // engine asked for this quota and must know what to change.
+  Result<uint64_t> minimum = minimum_gpu_quota(*config);
+  if (!minimum) return minimum.status();
+  const uint64_t gpu = config->tiers.empty() ? 0 : config->tiers.front().quota_bytes;
+  if (gpu < *minimum) {
+    return Status::invalid(
+        "GPU quota " + format_bytes(gpu) + " cannot hold the floors of this configuration (" +
+        format_bytes(*minimum) + ": " + std::to_string(max_live_caches(serving)) +
+        " living caches with their states and replay slots): raise the GPU quota to at least " +
+        format_bytes(*minimum) + ", or lower max_batch, dummy_slots or num_spec_tokens");
+  }
+  Result<std::unique_ptr<KvCacheManager>> manager = KvCacheManager::create(*config, backend);
+  if (!manager) return manager.status();
+  std::unique_ptr<HybridCacheManager> h(new HybridCacheManager());
+  h->serving_ = serving;
+  h->manager_ = std::move(manager).value();
+  const StoragePlan& plan = h->manager_->plan();
+  for (const SsmLayerConfig& l : config->ssm_layers) {
+    if (!h->state_group_) h->state_group_ = *plan.buffer_group_id(l.id, "ssm_state");
+    for (const BufferConfig& b : l.buffers) {
+      if (b.role.rfind("replay_", 0) == 0 && b.bytes_per_page > 0 && !h->replay_group_) {
+        h->replay_group_ = *plan.buffer_group_id(l.id, b.role);
+      }
+    }
+  }
+  // Dummies live for the manager's life, ACTIVE, in slots of their own.
+  for (uint32_t i = 0; i < serving.dummy_slots; ++i) {
+    Result<std::unique_ptr<KvCache>> dummy = h->manager_->create_kv_cache({});
+    if (!dummy) return dummy.status();
+    if (Status s = (*dummy)->resume({}); !s) return s;
+    h->dummies_.push_back(std::move(dummy).value());
+    h->dummy_reset_pending_.push_back(true);
+  }
+  (void)h->manager_->take_iteration_stats();  // dummies are not counted in statistics
+  return h;
+}
+
+HybridCacheManager::~HybridCacheManager() {
+  requests_.clear();
+  dummies_.clear();
+}
+
+Status HybridCacheManager::lookup(uint64_t id, Request** out) {
+  auto it = requests_.find(id);
+  if (it == requests_.end())
+    return Status::not_found("request " + std::to_string(id) + " is unknown");
+  *out = &it->second;
+  return Status::ok();
+}
+
+KvCache* HybridCacheManager::cache(uint64_t id) {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.cache.get();
+}
+
+std::vector<uint64_t> HybridCacheManager::demand_points_for(const Request& r) const {
+  std::vector<uint64_t> out;
+  for (uint64_t p : demanded_) {
+    if (p > 0 && p < r.prompt.size()) out.push_back(p);
+  }
+  return out;
+}
+
+Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> prompt,
+                                       ReuseScope scope) {
+  if (requests_.count(id)) {
+    return Status::invalid("request " + std::to_string(id) + " already exists");
+  }
+  CacheOptions o;
+  o.scope = scope;
+  o.input_tokens.assign(prompt.begin(), prompt.end());
+  Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(o);
+  if (!cache) return cache.status();
+  Request r;
+  r.cache = std::move(cache).value();
+  r.prompt = o.input_tokens;
+  r.scope = scope;
+  // Demand-driven snapshots: attention could have reused more than the snapshots allowed.
+  const ReuseMatch m = r.cache->reuse_match();
+  const uint32_t tpb = serving_.tokens_per_block;
+  if (serving_.snapshots.demand_driven && m.hybrid_tokens > m.reused_tokens) {
+    const uint64_t point = m.hybrid_tokens / tpb * tpb;
+    if (point > m.reused_tokens &&
+        std::find(demanded_.begin(), demanded_.end(), point) == demanded_.end()) {
+      demanded_.push_back(point);
+      if (demanded_.size() > 64) demanded_.erase(demanded_.begin());
+    }
+  }
+  r.demand_points = demand_points_for(r);
+  requests_.emplace(id, std::move(r));
+  return Status::ok();
+}
+
+Status HybridCacheManager::resume(uint64_t id) {
+  Request* r;
+  if (Status s = lookup(id, &r); !s) return s;
+  return r->cache->resume({});
+}
+
+Status HybridCacheManager::suspend(uint64_t id) {
+  Request* r;
+  if (Status s = lookup(id, &r); !s) return s;
+  return r->cache->suspend();  // the replay reset mark stays: suspend keeps replay state
+}
+
+Status HybridCacheManager::resize(uint64_t id, uint64_t capacity, uint64_t history) {
+  Request* r;
+  if (Status s = lookup(id, &r); !s) return s;
+  return r->cache->resize(capacity, history);
+}
+
+Status HybridCacheManager::reprefill(uint64_t id) {
+  Request* r;
+  if (Status s = lookup(id, &r); !s) return s;
+  CacheOptions o;
+  o.scope = r->scope;
+  o.input_tokens = r->prompt;
+  if (Status s = r->cache->close(); !s) return s;
+  r->cache.reset();
+  Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(o);
+  if (!cache) {
+    requests_.erase(id);
+    return cache.status();
+  }
+  r->cache = std::move(cache).value();
+  r->replay_reset_pending = true;  // the state was dropped: replay starts from reset
+  return Status::ok();
+}
+
+Status HybridCacheManager::free_request(uint64_t id) {
+  Request* r;
+  if (Status s = lookup(id, &r); !s) return s;
+  if (r->cache->state() != CacheState::kClosed) {
+    if (Status s = r->cache->close(); !s) return s;
+  }
+  requests_.erase(id);
+  return Status::ok();
+}
+
+Result<uint64_t> HybridCacheManager::next_snapshot_point(uint64_t id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end())
+    return Status::not_found("request " + std::to_string(id) + " is unknown");
+  const Request& r = it->second;
+  const uint64_t history = r.cache->history();
+  const uint64_t prompt = r.prompt.size();
+  const SnapshotPolicy& p = serving_.snapshots;
+  uint64_t next = prompt;  // at the latest, the end of the prompt
+  auto consider = [&](uint64_t point) {
+    if (point > history && point < next) next = point;
+  };
+  if (p.periodic_interval && *p.periodic_interval > 0) {
+    consider((history / *p.periodic_interval + 1) * *p.periodic_interval);
+  }
+  for (uint64_t o : p.offsets_from_start) consider(o);
+  for (uint64_t o : p.offsets_from_end) {
+    if (o < prompt) consider(prompt - o);
+  }
+  if (p.branch_point) consider(r.cache->reuse_match().divergence_tokens);
+  for (uint64_t d : r.demand_points) consider(d);
+  return std::max(next, history);
+}
+
+Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
+  Request* r;
+  if (Status s = lookup(id, &r); !s) return s;
+  const uint64_t history = r->cache->history();
+  const uint64_t committed = r->cache->committed_tokens();
+  if (history <= committed || history > r->prompt.size()) return Status::ok();
+  const SnapshotPolicy& p = serving_.snapshots;
+  bool point = history == r->prompt.size() && p.final_prompt_boundary;
+  if (p.periodic_interval && *p.periodic_interval > 0 && history % *p.periodic_interval == 0)
+    point = true;
+  for (uint64_t o : p.offsets_from_start) point = point || o == history;
+  for (uint64_t o : p.offsets_from_end)
+    point = point || (o < r->prompt.size() && r->prompt.size() - o == history);
+  if (p.branch_point && r->cache->reuse_match().divergence_tokens == history) point = true;
+  for (uint64_t d : r->demand_points) point = point || d == history;
+  if (!point) return Status::ok();
+  const std::span<const int32_t> prompt(r->prompt);
+  return r->cache->commit(prompt.subspan(committed, history - committed));
+}
+
+Result<HybridCacheManager::Step> HybridCacheManager::prepare_step(
+    std::span<const uint64_t> request_ids, uint32_t num_dummies) {
+  if (num_dummies > dummies_.size()) {
+    return Status::invalid("prepare_step: " + std::to_string(num_dummies) + " dummies but only " +
+                           std::to_string(dummies_.size()) + " dummy_slots");
+  }
+  Step step;
+  auto indices = [&](const KvCache& cache, StepEntry& e) {
+    if (state_group_) e.state_index = *cache.state_index(*state_group_);
+    e.replay_index = replay_group_ ? *cache.state_index(*replay_group_) : e.state_index;
+  };
+  for (uint64_t id : request_ids) {
+    Request* r;
+    if (Status s = lookup(id, &r); !s) return s;
+    if (r->cache->state() != CacheState::kActive) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "prepare_step: request " + std::to_string(id) + " is " +
+                        cache_state_name(r->cache->state()) + ", not ACTIVE");
+    }
+    StepEntry e;
+    e.request_id = id;
+    indices(*r->cache, e);
+    step.entries.push_back(e);
+  }
+  // Only now that the whole step is valid are the reset marks consumed.
+  for (size_t i = 0; i < request_ids.size(); ++i) {
+    Request& r = requests_.at(request_ids[i]);
+    if (r.replay_reset_pending && replay_group_ && step.entries[i].replay_index != kBadPageIndex) {
+      step.replay_resets.push_back(step.entries[i].replay_index);
+      r.replay_reset_pending = false;
+    }
+  }
+  for (uint32_t i = 0; i < num_dummies; ++i) {
+    StepEntry e;
+    indices(*dummies_[i], e);
+    if (dummy_reset_pending_[i] && replay_group_) {
+      step.replay_resets.push_back(e.replay_index);
+      dummy_reset_pending_[i] = false;
+    }
+    step.entries.push_back(e);
+  }
+  return step;
+}
+
+namespace {
+
+bool non_finite(const std::byte* at, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, at, 4);
+      return !std::isfinite(v);
+    }
+    case DType::kF16: {
+      uint16_t v;
+      std::memcpy(&v, at, 2);
+      return (v & 0x7c00) == 0x7c00;  // exponent all ones: Inf or NaN
+    }
+    case DType::kBF16: {
+      uint16_t v;
+      std::memcpy(&v, at, 2);
+      return (v & 0x7f80) == 0x7f80;
+    }
+    case DType::kFP8E4M3: {
+      const uint8_t v = static_cast<uint8_t>(*at);
+      return (v & 0x7f) == 0x7f;  // e4m3fn has no Inf; S.1111.111 is NaN
+    }
+    case DType::kFP8E5M2: {
+      const uint8_t v = static_cast<uint8_t>(*at);
+      return (v & 0x7c) == 0x7c;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::vector<NonFiniteReport> HybridCacheManager::scan_non_finite(
+    std::optional<uint64_t> request_id) const {
+  std::vector<NonFiniteReport> out;
+  const StoragePlan& plan = manager_->plan();
+  auto scan_cache = [&](const KvCache& cache, std::optional<uint64_t> id) {
+    if (cache.state() != CacheState::kActive) return;
+    manager_->wait(cache.ready_event());
+    for (const CacheGroup& g : plan.cache_groups()) {
+      std::vector<int32_t> slots;
+      if (g.kind == GroupKind::kSsm) {
+        for (uint32_t beam = 0; beam < cache.beam_width(); ++beam)
+          slots.push_back(*cache.state_index(g.id, beam));
+      } else {
+        for (uint32_t beam = 0; beam < cache.beam_width(); ++beam) {
+          const auto t = cache.block_table(g.id, beam);
+          slots.insert(slots.end(), t->begin(), t->end());
+        }
+      }
+      for (uint32_t bi : g.buffers) {
+        const PlannedBuffer& b = plan.buffers()[bi];
+        if (!b.dtype) continue;
+        const uint32_t size = dtype_size(*b.dtype);
+        for (int32_t slot : slots) {
+          if (slot == kBadPageIndex) continue;
+          const std::byte* base = manager_->slot_address(TierKind::kGpu, b.pool_group, b.pool,
+                                                         static_cast<uint32_t>(slot));
+          if (base == nullptr) return;  // the none backend has no bytes
+          base += b.offset;
+          for (uint64_t e = 0; e * size < b.size; ++e) {
+            if (non_finite(base + e * size, *b.dtype)) {
+              out.push_back({b.layer, b.role, static_cast<uint32_t>(slot), e, id});
+              break;  // one report per page and buffer
+            }
+          }
+        }
+      }
+    }
+  };
+  for (const auto& [id, r] : requests_) {
+    if (!request_id || *request_id == id) scan_cache(*r.cache, id);
+  }
+  return out;
+}
+
+}  // namespace hybridkv

@@ -1,0 +1,463 @@
+// The hybrid layer: replay buffers per family, pipeline ranks, sizing, per-step indices and
+// resets, exact suspend/resume with slot theft, re-prefill, free, dummies, snapshot policy and
+// NaN/Inf diagnostics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "hybridkv/hybrid.h"
+#include "lifecycle_fixture.h"
+
+namespace hybridkv {
+namespace {
+
+ModelDescription model(const std::string& file, uint32_t tp = 1) {
+  ModelOptions o;
+  o.tp_size = tp;
+  Result<ModelDescription> m = read_model_config(std::string(HKV_MODELS_DIR) + "/" + file, o);
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return std::move(m).value();
+}
+
+ServingConfig serving64(uint32_t spec, ReplayLayout layout = ReplayLayout::kPrivate) {
+  ServingConfig s;
+  s.max_batch = 64;
+  s.num_spec_tokens = spec;
+  s.replay_layout = layout;
+  return s;
+}
+
+// --- Plans, checked by hand ---
+
+TEST(HybridPlan, NemotronHPrivateReplayByHand) {
+  const ManagerConfig c = *hybrid_manager_config(model("nemotron_h_8b.json"), serving64(3));
+  EXPECT_EQ(*c.max_live_kv_caches, 65u);  // 64 x 1 x 1 + 0 + 1
+  const StoragePlan plan = *StoragePlan::build(c);
+  const CacheGroupId replay = *plan.buffer_group_id(0, "replay_old_x");
+  EXPECT_EQ(plan.cache_group(replay).policy, ReusePolicy::kPrivate);
+  // Per layer: old_x 2*3*128*64*2 = 98,304; old_B 2*3*8*128*2 = 12,288; old_dt and
+  // old_dA_cumsum 2*3*128*4 = 3,072 each; 24 layers, plus one 16-byte meta row.
+  EXPECT_EQ((*plan.find_buffer(0, "replay_old_x"))->size, 98304u);
+  EXPECT_EQ((*plan.find_buffer(0, "replay_old_B"))->size, 12288u);
+  EXPECT_EQ((*plan.find_buffer(0, "replay_old_dt"))->size, 3072u);
+  EXPECT_EQ((*plan.find_buffer(0, "replay_old_dA_cumsum"))->size, 3072u);
+  EXPECT_EQ((*plan.find_buffer(0, "replay_meta"))->size, 16u);
+  const PoolGroup& pg = plan.pool_group(plan.cache_group(replay).pool_group);
+  EXPECT_EQ(pg.slot_bytes, 24u * (98304 + 12288 + 3072 + 3072) + 16);
+  EXPECT_TRUE(pg.fixed_private);
+  EXPECT_EQ(plan.slots(TierKind::kGpu, pg.id), 68u);  // ceil(65 / 0.97)
+  // The state group is untouched by replay.
+  const CacheGroupId state = *plan.buffer_group_id(0, "ssm_state");
+  EXPECT_EQ(plan.pool_group(plan.cache_group(state).pool_group).slot_bytes, 102137856u);
+}
+
+TEST(HybridPlan, QwenNextRingReplayIsCoupledToTheStateSlot) {
+  const ManagerConfig c =
+      *hybrid_manager_config(model("qwen3_next_80b_a3b.json"), serving64(3, ReplayLayout::kRing));
+  const StoragePlan plan = *StoragePlan::build(c);
+  const CacheGroupId state = *plan.buffer_group_id(0, "ssm_state");
+  EXPECT_EQ(*plan.buffer_group_id(0, "replay_k_ring"), state);
+  for (const CacheGroup& g : plan.cache_groups()) EXPECT_NE(g.policy, ReusePolicy::kPrivate);
+  // Per layer: state 32*128*128*4 = 2,097,152; conv (2*16*128 + 32*128)*3*2 = 49,152;
+  // k_ring 3*16*128*2 = 12,288; u_ring 3*32*128*2 = 24,576; g_ring 3*32*4 = 384; 36 layers + 16.
+  EXPECT_EQ(plan.pool_group(plan.cache_group(state).pool_group).slot_bytes,
+            36u * (2097152 + 49152 + 12288 + 24576 + 384) + 16);
+  // The Triton layout instead: PRIVATE old_x 2*3*32*128*2, old_B 2*3*16*128*2, old_dt 2*3*32*4.
+  const StoragePlan triton =
+      *StoragePlan::build(*hybrid_manager_config(model("qwen3_next_80b_a3b.json"), serving64(3)));
+  const CacheGroupId replay = *triton.buffer_group_id(0, "replay_old_x");
+  EXPECT_EQ(triton.pool_group(triton.cache_group(replay).pool_group).slot_bytes,
+            36u * (49152 + 24576 + 768) + 16);
+}
+
+TEST(HybridPlan, KdaRecordsAndRingOnlyForGdn) {
+  const StoragePlan plan =
+      *StoragePlan::build(*hybrid_manager_config(model("kimi_linear_48b_a3b.json"), serving64(3)));
+  // records 3 * 3 * 32 * 128 * 4; conv windows (3*32*128) * 3 * 2.
+  EXPECT_EQ((*plan.find_buffer(0, "replay_records"))->size, 3u * 3 * 32 * 128 * 4);
+  EXPECT_EQ((*plan.find_buffer(0, "replay_conv"))->size, 3u * 32 * 128 * 3 * 2);
+  Result<ManagerConfig> ring =
+      hybrid_manager_config(model("kimi_linear_48b_a3b.json"), serving64(3, ReplayLayout::kRing));
+  ASSERT_FALSE(ring.is_ok());
+  EXPECT_NE(ring.status().message().find("replay_layout ring is only for GDN models"),
+            std::string::npos);
+}
+
+TEST(HybridPlan, ContextServersDeclareNoReplay) {
+  ServingConfig s = serving64(3);
+  s.role = DisaggRole::kContext;
+  const ManagerConfig c = *hybrid_manager_config(model("nemotron_h_8b.json"), s);
+  for (const SsmLayerConfig& l : c.ssm_layers) EXPECT_EQ(l.buffers.size(), 2u);
+  EXPECT_EQ(*c.max_live_kv_caches, 129u);  // disaggregation doubles: 64 * 2 + 1
+}
+
+TEST(HybridPlan, LiveCachesFormula) {
+  ServingConfig s;
+  s.max_batch = 64;
+  s.pp_size = 2;
+  s.overlap_scheduling = true;
+  s.dummy_slots = 3;
+  EXPECT_EQ(max_live_caches(s), 64u * 2 * 2 + 3 + 1);
+}
+
+TEST(HybridPlan, PipelineRanksShareLayersAndMtpGoesLast) {
+  const ModelDescription m = model("nemotron_h_8b.json");
+  ServingConfig s = serving64(0);
+  s.pp_size = 2;
+  s.mtp_layers = 1;
+  s.pp_rank = 0;
+  const ManagerConfig r0 = *hybrid_manager_config(m, s);
+  s.pp_rank = 1;
+  const ManagerConfig r1 = *hybrid_manager_config(m, s);
+  // Model layers 0..25 and 26..51: attention at 7, 18 | 29, 40, plus the MTP layer on rank 1.
+  EXPECT_EQ(r0.attention_layers.size(), 2u);
+  EXPECT_EQ(r1.attention_layers.size(), 3u);
+  EXPECT_EQ(r0.ssm_layers.size() + r1.ssm_layers.size(), 24u);
+  // A rank with only attention, and one with only recurrent layers, both work.
+  ServingConfig j = serving64(0);
+  j.pp_size = 32;
+  j.pp_rank = 4;  // Jamba: model layer 4 is attention
+  j.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  const ManagerConfig only_attention = *hybrid_manager_config(model("jamba_v0_1.json"), j);
+  EXPECT_EQ(only_attention.attention_layers.size(), 1u);
+  EXPECT_TRUE(only_attention.ssm_layers.empty());
+  const BackendOptions none{BackendKind::kNone, false};
+  EXPECT_TRUE(HybridCacheManager::create(model("jamba_v0_1.json"), j, none).is_ok());
+  j.pp_rank = 5;
+  const ManagerConfig only_ssm = *hybrid_manager_config(model("jamba_v0_1.json"), j);
+  EXPECT_TRUE(only_ssm.attention_layers.empty());
+  EXPECT_EQ(only_ssm.ssm_layers.size(), 1u);
+  Result<std::unique_ptr<HybridCacheManager>> h =
+      HybridCacheManager::create(model("jamba_v0_1.json"), j, none);
+  ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+  EXPECT_TRUE((*h)->state_group().has_value());
+}
+
+TEST(HybridPlan, BadServingSettingsNameTheField) {
+  const ModelDescription m = model("nemotron_h_8b.json");
+  ServingConfig s = serving64(3);
+  s.pp_size = 2;
+  s.pp_rank = 2;
+  EXPECT_NE(hybrid_manager_config(m, s).status().message().find("pp_rank 2 must be < pp_size 2"),
+            std::string::npos);
+  s = serving64(3);
+  s.max_batch = 0;
+  EXPECT_NE(hybrid_manager_config(m, s).status().message().find("max_batch 0 must be > 0"),
+            std::string::npos);
+}
+
+TEST(HybridPlan, ConfigurationsThatCannotHoldTheirFloorsAreRefused) {
+  ServingConfig s = serving64(3);
+  s.tiers = {{TierKind::kGpu, 64ull << 20, ""}};
+  Result<std::unique_ptr<HybridCacheManager>> h =
+      HybridCacheManager::create(model("nemotron_h_8b.json"), s, {BackendKind::kNone, false});
+  ASSERT_FALSE(h.is_ok());
+  EXPECT_NE(h.status().message().find("raise the GPU quota to at least"), std::string::npos)
+      << h.status().message();
+  EXPECT_NE(h.status().message().find("or lower max_batch"), std::string::npos);
+}
+
+// --- Lifecycle per family, through the fake engine on the host backend ---
+
+struct Family {
+  const char* file;
+  ReplayLayout layout;
+  uint32_t tp;
+};
+
+class HybridFamily : public ::testing::TestWithParam<Family> {
+ protected:
+  void SetUp() override {
+    const Family f = GetParam();
+    model_ = model(f.file, f.tp);
+    serving_.max_batch = 1;
+    serving_.num_spec_tokens = 3;
+    serving_.replay_layout = f.layout;
+    serving_.tokens_per_block = 16;
+    serving_.dummy_slots = 2;
+    ManagerConfig c = *hybrid_manager_config(model_, serving_);
+    // A GPU that holds one request at a time (floors only), so that others take its slots.
+    // Without a fixed PRIVATE pool the replay pages move under pressure too.
+    c.max_live_kv_caches.reset();
+    c.typical_step.reset();
+    // One request of 128 tokens and the two dummies (one block each) at a time.
+    c.constraints = {BatchShape{{{128, 127}, {16, 0}, {16, 0}}, {}}};
+    c.tiers = {{TierKind::kGpu, *minimum_gpu_quota(c), ""}};
+    c.tiers.push_back({TierKind::kHost, 16 * c.tiers[0].quota_bytes, ""});
+    Result<std::unique_ptr<HybridCacheManager>> h = HybridCacheManager::create(c, serving_);
+    ASSERT_TRUE(h.is_ok()) << h.status().to_string();
+    hybrid_ = std::move(h).value();
+    engine_ = std::make_unique<verify::FakeEngine>(hybrid_->manager());
+  }
+
+  // Adds, resumes and computes a request of `n` tokens; suspends it.
+  void run_request(uint64_t id, uint64_t n, std::vector<int32_t>* slots_seen = nullptr) {
+    std::vector<int32_t> tokens = testing::random_tokens(rng_, n);
+    ASSERT_OK(hybrid_->add_request(id, tokens));
+    ASSERT_OK(hybrid_->resume(id));
+    fakes_[id].tokens = {tokens};
+    ASSERT_OK(hybrid_->resize(id, n, 0));
+    ASSERT_OK(engine_->step(*hybrid_->cache(id), fakes_[id], n));
+    if (slots_seen)
+      slots_seen->push_back(*hybrid_->cache(id)->state_index(*hybrid_->state_group()));
+    ASSERT_OK(hybrid_->suspend(id));
+  }
+
+  // Resets expected per request: none for a family without replay (Mamba1).
+  size_t resets(size_t per) const { return hybrid_->replay_group() ? per : 0; }
+
+  ModelDescription model_;
+  ServingConfig serving_;
+  std::unique_ptr<HybridCacheManager> hybrid_;
+  std::unique_ptr<verify::FakeEngine> engine_;
+  std::map<uint64_t, verify::FakeRequest> fakes_;
+  std::mt19937_64 rng_{5};
+};
+
+TEST_P(HybridFamily, SuspendedStateFollowsRequestIntoNewSlotBitForBit) {
+  std::vector<int32_t> others;
+  ASSERT_NO_FATAL_FAILURE(run_request(1, 100));
+  ASSERT_OK(hybrid_->resume(1));
+  const int32_t state_before = *hybrid_->cache(1)->state_index(*hybrid_->state_group());
+  ASSERT_OK(hybrid_->suspend(1));
+  // Others take the GPU slots, A's among them, and write their own bytes there.
+  const uint64_t state_slots = hybrid_->plan().slots(
+      TierKind::kGpu, hybrid_->plan().cache_group(*hybrid_->state_group()).pool_group);
+  for (uint64_t i = 0; i < state_slots + 1; ++i)
+    ASSERT_NO_FATAL_FAILURE(run_request(10 + i, 60, &others));
+  EXPECT_NE(std::find(others.begin(), others.end(), state_before), others.end())
+      << "another request took the suspended request's state slot";
+  (void)hybrid_->manager().take_iteration_stats();
+  ASSERT_OK(hybrid_->resume(1));
+  EXPECT_GT(hybrid_->manager().take_iteration_stats().pages_onboarded, 0u);
+  // State, conv and every replay byte are what the request itself wrote.
+  engine_->set_sampled_check(0);
+  ASSERT_OK(engine_->verify(*hybrid_->cache(1), fakes_[1]));
+  // Suspend does not clear the replay reset mark: the first step resets the replay page once.
+  const std::vector<uint64_t> ids = {1};
+  Result<HybridCacheManager::Step> step = hybrid_->prepare_step(ids, 0);
+  ASSERT_TRUE(step.is_ok());
+  EXPECT_EQ(step->replay_resets.size(), resets(1));
+  EXPECT_EQ(hybrid_->prepare_step(ids, 0)->replay_resets.size(), 0u);
+  ASSERT_OK(hybrid_->suspend(1));
+  ASSERT_OK(hybrid_->resume(1));
+  EXPECT_EQ(hybrid_->prepare_step(ids, 0)->replay_resets.size(), 0u);  // suspend kept the mark
+  EXPECT_EQ(hybrid_->manager().check_invariants(), "");
+}
+
+TEST_P(HybridFamily, RePrefillStartsFromResetReplayState) {
+  ASSERT_NO_FATAL_FAILURE(run_request(1, 100));
+  ASSERT_OK(hybrid_->resume(1));
+  const std::vector<uint64_t> ids = {1};
+  EXPECT_EQ(hybrid_->prepare_step(ids, 0)->replay_resets.size(), resets(1));
+  ASSERT_OK(hybrid_->suspend(1));
+  ASSERT_OK(hybrid_->reprefill(1));             // comes back as a context request
+  EXPECT_EQ(hybrid_->cache(1)->history(), 0u);  // nothing was committed: nothing reused
+  ASSERT_OK(hybrid_->resume(1));
+  Result<HybridCacheManager::Step> step = hybrid_->prepare_step(ids, 0);
+  ASSERT_TRUE(step.is_ok());
+  ASSERT_EQ(step->replay_resets.size(), resets(1));
+  if (!step->replay_resets.empty()) {
+    EXPECT_EQ(step->replay_resets[0], step->entries[0].replay_index);
+  }
+  fakes_[1].computed = 0;
+  fakes_[1].state_written = false;
+  ASSERT_OK(hybrid_->resize(1, 100, 0));
+  ASSERT_OK(engine_->step(*hybrid_->cache(1), fakes_[1], 100));
+  ASSERT_OK(engine_->verify(*hybrid_->cache(1), fakes_[1]));
+}
+
+TEST_P(HybridFamily, FreeingASuspendedRequestLeavesNothingBehind) {
+  const StorageStats empty = hybrid_->manager().storage_stats();
+  ASSERT_NO_FATAL_FAILURE(run_request(1, 100));
+  ASSERT_NO_FATAL_FAILURE(run_request(2, 100));  // pushes 1 to the host
+  ASSERT_OK(hybrid_->free_request(1));
+  ASSERT_OK(hybrid_->free_request(2));
+  EXPECT_EQ(hybrid_->free_request(2).code(), StatusCode::kNotFound);
+  const StorageStats after = hybrid_->manager().storage_stats();
+  for (size_t t = 0; t < after.tiers.size(); ++t) {
+    for (size_t p = 0; p < after.tiers[t].pool_groups.size(); ++p) {
+      EXPECT_EQ(after.tiers[t].pool_groups[p].free_slots, empty.tiers[t].pool_groups[p].free_slots);
+    }
+  }
+  EXPECT_EQ(hybrid_->num_requests(), 0u);
+}
+
+TEST_P(HybridFamily, DummiesAreResetOnceKeepTheirSlotsAndAreNotCounted) {
+  EXPECT_EQ(hybrid_->manager().take_iteration_stats().resumes, 0u);
+  Result<HybridCacheManager::Step> first = hybrid_->prepare_step({}, 2);
+  ASSERT_TRUE(first.is_ok());
+  ASSERT_EQ(first->entries.size(), 2u);
+  EXPECT_FALSE(first->entries[0].request_id.has_value());
+  EXPECT_NE(first->entries[0].state_index, kBadPageIndex);
+  EXPECT_NE(first->entries[0].state_index, first->entries[1].state_index);
+  EXPECT_EQ(first->replay_resets.size(), resets(2));
+  ASSERT_NO_FATAL_FAILURE(run_request(1, 50));
+  Result<HybridCacheManager::Step> second = hybrid_->prepare_step({}, 2);
+  EXPECT_TRUE(second->replay_resets.empty());
+  EXPECT_EQ(second->entries[0].state_index, first->entries[0].state_index);
+  EXPECT_EQ(second->entries[1].replay_index, first->entries[1].replay_index);
+  EXPECT_FALSE(hybrid_->prepare_step({}, 3).is_ok());  // more dummies than slots
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, HybridFamily,
+    ::testing::Values(Family{"nemotron_h_8b.json", ReplayLayout::kPrivate, 8},
+                      Family{"qwen3_next_80b_a3b.json", ReplayLayout::kPrivate, 8},
+                      Family{"qwen3_next_80b_a3b.json", ReplayLayout::kRing, 8},
+                      Family{"kimi_linear_48b_a3b.json", ReplayLayout::kPrivate, 8},
+                      Family{"jamba_v0_1.json", ReplayLayout::kPrivate, 8}),
+    [](const ::testing::TestParamInfo<Family>& info) {
+      std::string name = info.param.file;
+      name = name.substr(0, name.find('.'));
+      return name + (info.param.layout == ReplayLayout::kRing ? "_ring" : "");
+    });
+
+// --- Snapshot policy ---
+
+TEST(HybridSnapshots, NextPointFollowsThePolicy) {
+  ServingConfig s;
+  s.max_batch = 2;
+  s.tokens_per_block = 16;
+  s.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  s.snapshots.periodic_interval = 512;
+  s.snapshots.offsets_from_start = {100};
+  s.snapshots.offsets_from_end = {64};
+  auto h = std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s,
+                                                {BackendKind::kNone, false}))
+               .value();
+  std::vector<int32_t> prompt(2000);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
+  ASSERT_OK(h->add_request(1, prompt));
+  ASSERT_OK(h->resume(1));
+  std::vector<uint64_t> points;
+  for (uint64_t at = 0; at < prompt.size();) {
+    const uint64_t next = *h->next_snapshot_point(1);
+    points.push_back(next);
+    ASSERT_OK(h->resize(1, next, at));
+    ASSERT_OK(h->resize(1, next, next));
+    ASSERT_OK(h->commit_at_snapshot(1));
+    EXPECT_EQ(h->cache(1)->committed_tokens(), next);  // commits happen at snapshot points
+    at = next;
+  }
+  EXPECT_EQ(points, (std::vector<uint64_t>{100, 512, 1024, 1536, 1936, 2000}));
+  ASSERT_OK(h->free_request(1));
+  // A later prompt sharing 1,000 tokens reuses up to the snapshot at 512 (periodic).
+  std::vector<int32_t> fork(prompt.begin(), prompt.begin() + 1200);
+  fork[1000] = -5;
+  ASSERT_OK(h->add_request(2, fork));
+  EXPECT_EQ(h->cache(2)->reuse_match().reused_tokens, 512u);
+}
+
+TEST(HybridSnapshots, BranchPointAndDemandDriven) {
+  ServingConfig s;
+  s.max_batch = 2;
+  s.tokens_per_block = 16;
+  s.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  s.snapshots.branch_point = true;
+  s.snapshots.demand_driven = true;
+  auto h = std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s,
+                                                {BackendKind::kNone, false}))
+               .value();
+  std::vector<int32_t> prompt(600);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
+  auto prefill = [&](uint64_t id) {
+    ASSERT_OK(h->resume(id));
+    for (uint64_t at = h->cache(id)->history();
+         at < h->cache(id)->reuse_match().lookup_tokens + 1;) {
+      const uint64_t next = *h->next_snapshot_point(id);
+      ASSERT_OK(h->resize(id, next, at));
+      ASSERT_OK(h->resize(id, next, next));
+      ASSERT_OK(h->commit_at_snapshot(id));
+      at = next;
+    }
+  };
+  ASSERT_OK(h->add_request(1, prompt));
+  ASSERT_NO_FATAL_FAILURE(prefill(1));  // snapshot only at the end (600)
+  std::vector<int32_t> fork = prompt;
+  fork[300] = -1;
+  ASSERT_OK(h->add_request(2, fork));
+  // Attention could reuse the 18 full blocks before the change at 300, but there is no snapshot
+  // before 600: nothing is reused...
+  EXPECT_EQ(h->cache(2)->reuse_match().reused_tokens, 0u);
+  EXPECT_EQ(h->cache(2)->reuse_match().hybrid_tokens, 288u);
+  // ...so the fork snapshots at its branch point (also a demand point).
+  EXPECT_EQ(*h->next_snapshot_point(2), 288u);
+  ASSERT_NO_FATAL_FAILURE(prefill(2));
+  std::vector<int32_t> third = prompt;
+  third[400] = -2;
+  ASSERT_OK(h->add_request(3, third));
+  EXPECT_EQ(h->cache(3)->reuse_match().reused_tokens, 288u);  // the fork's branch snapshot
+  EXPECT_EQ(*h->next_snapshot_point(3), 400u);                // its own branch point
+}
+
+// --- Diagnostics ---
+
+TEST(HybridDiagnostics, NonFiniteValuesAreReportedWithLayerRoleAndSlot) {
+  ServingConfig s;
+  s.max_batch = 2;
+  s.num_spec_tokens = 2;
+  s.tokens_per_block = 16;
+  s.tiers = {{TierKind::kGpu, 256ull << 20, ""}};
+  auto h = std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s)).value();
+  std::vector<int32_t> prompt(40, 1);
+  ASSERT_OK(h->add_request(7, prompt));
+  ASSERT_OK(h->resume(7));
+  ASSERT_OK(h->resize(7, 40, 0));
+  // Clean pages first (fresh pages may hold anything: write zeros into them).
+  const StoragePlan& plan = h->plan();
+  KvCache& cache = *h->cache(7);
+  for (const CacheGroup& g : plan.cache_groups()) {
+    std::vector<int32_t> slots;
+    if (g.kind == GroupKind::kSsm)
+      slots.push_back(*cache.state_index(g.id));
+    else {
+      const auto t = cache.block_table(g.id);
+      slots.assign(t->begin(), t->end());
+    }
+    for (uint32_t bi : g.buffers) {
+      const PlannedBuffer& b = plan.buffers()[bi];
+      for (int32_t slot : slots) {
+        std::memset(
+            h->manager().slot_address(TierKind::kGpu, b.pool_group, b.pool, slot) + b.offset, 0,
+            b.size);
+      }
+    }
+  }
+  EXPECT_TRUE(h->scan_non_finite().empty());
+  // A NaN in layer 2's ssm_state (fp32), element 5.
+  const PlannedBuffer& ssm = **plan.find_buffer(2, "ssm_state");
+  const int32_t slot = *cache.state_index(ssm.group);
+  const float nan = std::nanf("");
+  std::memcpy(h->manager().slot_address(TierKind::kGpu, ssm.pool_group, ssm.pool, slot) +
+                  ssm.offset + 5 * 4,
+              &nan, 4);
+  // An Inf in a bf16 key page of the first attention layer.
+  const CacheGroupId attention = plan.cache_groups().back().id;
+  const PlannedBuffer& key = plan.buffers()[plan.cache_group(attention).buffers[0]];
+  const int32_t block0 = (*cache.block_table(attention))[0];
+  const uint16_t inf_bf16 = 0x7f80;
+  std::memcpy(
+      h->manager().slot_address(TierKind::kGpu, key.pool_group, key.pool, block0) + key.offset,
+      &inf_bf16, 2);
+  const std::vector<NonFiniteReport> reports = h->scan_non_finite(7);
+  ASSERT_EQ(reports.size(), 2u);
+  bool saw_ssm = false, saw_key = false;
+  for (const NonFiniteReport& r : reports) {
+    if (r.layer == 2 && r.role == "ssm_state") {
+      saw_ssm = true;
+      EXPECT_EQ(r.slot, static_cast<uint32_t>(slot));
+      EXPECT_EQ(r.element, 5u);
+    }
+    if (r.layer == key.layer && r.role == key.role)
+      saw_key = r.slot == static_cast<uint32_t>(block0);
+    EXPECT_EQ(r.request_id, 7u);
+  }
+  EXPECT_TRUE(saw_ssm);
+  EXPECT_TRUE(saw_key);
+}
+
+}  // namespace
+}  // namespace hybridkv

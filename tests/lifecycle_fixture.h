@@ -16,6 +16,12 @@
     ASSERT_TRUE(_s.is_ok()) << #expr << ": " << _s.to_string(); \
   } while (0)
 
+#define EXPECT_OK(expr)                                         \
+  do {                                                          \
+    const ::hybridkv::Status _s = (expr);                       \
+    EXPECT_TRUE(_s.is_ok()) << #expr << ": " << _s.to_string(); \
+  } while (0)
+
 namespace hybridkv::testing {
 
 struct LifecycleModel {

@@ -4,12 +4,15 @@
 #include <string>
 
 #include "plan_command.h"
+#include "sim.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"hybridkv: cache memory manager for hybrid LLMs"};
   app.require_subcommand(1);
   hybridkv::tools::PlanOptions plan;
   hybridkv::tools::add_plan_command(app, plan);
+  hybridkv::tools::SimOptions sim;
+  hybridkv::tools::add_sim_command(app, sim);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -25,5 +28,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (app.got_subcommand("plan")) return hybridkv::tools::run_plan_command(plan);
+  if (app.got_subcommand("sim")) return hybridkv::tools::run_sim_command(sim);
   return 2;
 }

@@ -66,7 +66,8 @@ struct ServingConfig {
   std::vector<TierConfig> tiers = {{TierKind::kGpu, 16ull << 30, ""}};
   double max_util_for_resume = 0.97;
   bool enable_block_reuse = true;
-  uint64_t typical_len = 2048;  // tokens per request of the typical step (pool ratio)
+  bool enable_partial_reuse = true;  // a match may end inside a block (its tail is copied)
+  uint64_t typical_len = 2048;       // tokens per request of the typical step (pool ratio)
   SnapshotPolicy snapshots;
 };
 
@@ -153,7 +154,6 @@ class HybridCacheManager {
   };
   HybridCacheManager() = default;
   Status lookup(uint64_t request_id, Request** out);
-  std::vector<uint64_t> demand_points_for(const Request& r) const;
 
   ServingConfig serving_;
   std::unique_ptr<KvCacheManager> manager_;
@@ -162,7 +162,6 @@ class HybridCacheManager {
   std::map<uint64_t, Request> requests_;
   std::vector<std::unique_ptr<KvCache>> dummies_;
   std::vector<bool> dummy_reset_pending_;
-  std::vector<uint64_t> demanded_;  // token positions where attention reuse outran snapshots
 };
 
 }  // namespace hybridkv

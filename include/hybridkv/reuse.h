@@ -51,6 +51,9 @@ struct ReuseMatch {
   uint64_t hybrid_tokens = 0;      // after backoff and attention coverage, before SSM snapshots
   uint64_t reused_tokens = 0;      // what create() reuses
   std::vector<GroupReuse> groups;  // by cache group id
+  // Block ends on the matched path, past the reused tokens, where earlier lookups found
+  // attention reuse but no snapshot (demand-driven snapshot points).
+  std::vector<uint64_t> demand_points;
   // Invariant: reused <= hybrid <= divergence <= lookup.
 };
 

@@ -240,7 +240,20 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
     gs.index_buffers.resize(rec.beam_width);
   }
   rec.multimodal = options.multimodal;
-  const MatchPlan mp = match(hasher, rec.scope, rec.tokens, rec.multimodal);
+  MatchPlan mp = match(hasher, rec.scope, rec.tokens, rec.multimodal);
+  // Attention could reuse more than the snapshots allowed: mark the block end where a snapshot
+  // would have helped, so that requests passing it (this one first) take one there.
+  const uint32_t tpb = plan.config().tokens_per_block;
+  const uint64_t wanted = mp.match.hybrid_tokens / tpb;
+  if (mp.match.hybrid_tokens > mp.match.reused_tokens && wanted > 0 &&
+      wanted * tpb > mp.match.reused_tokens && wanted <= mp.path.size()) {
+    prefix::Node& n = tree.node(mp.path[wanted - 1]);
+    if (!n.demanded) {
+      n.demanded = true;
+      mp.match.demand_points.push_back(wanted * tpb);
+      std::sort(mp.match.demand_points.begin(), mp.match.demand_points.end());
+    }
+  }
   attach_match(rec, mp);
   ++live_caches;
   return id;

@@ -189,6 +189,10 @@ MatchPlan ManagerCore::match(prefix::BlockHasher& hasher, const ReuseScope& scop
   m.hybrid_tokens = fixed_point(backed_off, false, ReusePolicy::kRequired, nullptr);
   m.reused_tokens = fixed_point(m.hybrid_tokens, true, ReusePolicy::kRequired, nullptr);
   const uint64_t reused = m.reused_tokens;
+  for (size_t i = 0; i < mp.path.size(); ++i) {
+    if (tree.node(mp.path[i]).demanded && (i + 1) * tpb > reused)
+      m.demand_points.push_back((i + 1) * tpb);
+  }
   for (const CacheGroup& g : plan.cache_groups()) {
     GroupReuse& r = m.groups[g.id.value];
     if (g.policy == ReusePolicy::kRequired) {

@@ -73,14 +73,6 @@ KvCache* HybridCacheManager::cache(uint64_t id) {
   return it == requests_.end() ? nullptr : it->second.cache.get();
 }
 
-std::vector<uint64_t> HybridCacheManager::demand_points_for(const Request& r) const {
-  std::vector<uint64_t> out;
-  for (uint64_t p : demanded_) {
-    if (p > 0 && p < r.prompt.size()) out.push_back(p);
-  }
-  return out;
-}
-
 Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> prompt,
                                        ReuseScope scope) {
   if (requests_.count(id)) {
@@ -95,18 +87,9 @@ Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> pro
   r.cache = std::move(cache).value();
   r.prompt = o.input_tokens;
   r.scope = scope;
-  // Demand-driven snapshots: attention could have reused more than the snapshots allowed.
-  const ReuseMatch m = r.cache->reuse_match();
-  const uint32_t tpb = serving_.tokens_per_block;
-  if (serving_.snapshots.demand_driven && m.hybrid_tokens > m.reused_tokens) {
-    const uint64_t point = m.hybrid_tokens / tpb * tpb;
-    if (point > m.reused_tokens &&
-        std::find(demanded_.begin(), demanded_.end(), point) == demanded_.end()) {
-      demanded_.push_back(point);
-      if (demanded_.size() > 64) demanded_.erase(demanded_.begin());
-    }
-  }
-  r.demand_points = demand_points_for(r);
+  // Demand-driven snapshots: block ends on this prompt's path where attention could have been
+  // reused past the last snapshot (marked in the tree by earlier lookups, and this one).
+  if (serving_.snapshots.demand_driven) r.demand_points = r.cache->reuse_match().demand_points;
   requests_.emplace(id, std::move(r));
   return Status::ok();
 }

@@ -35,6 +35,7 @@ struct Node {
   bool live = false;
   std::vector<NodeId> children;  // full and partial
   uint32_t pins = 0;             // roots, and caches committing under this node
+  bool demanded = false;         // a lookup wanted an SSM snapshot at this block's end
 
   uint64_t end() const { return start + tokens.size(); }
 };

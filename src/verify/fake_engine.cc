@@ -56,7 +56,10 @@ std::byte* FakeEngine::page(const Buffer& b, int32_t slot) const {
 }
 
 void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed) {
+  const uint64_t skip_from = sample_writes_ ? (sample_writes_ + 7) / 8 * 8 : n;
+  const uint64_t skip_to = sample_writes_ && n > 2 * skip_from ? (n - sample_writes_) / 8 * 8 : 0;
   for (uint64_t i = 0; i < n; i += 8) {
+    if (i == skip_from && skip_to > skip_from) i = skip_to;
     const uint64_t word = mix(seed + i);  // each word on its own, so checks can sample
     std::memcpy(at + i, &word, std::min<uint64_t>(8, n - i));
   }
@@ -164,6 +167,21 @@ Status FakeEngine::recompute_group(const KvCache& cache, FakeRequest& r, CacheGr
 
 Status FakeEngine::step(const KvCache& cache, FakeRequest& r, uint64_t upto) {
   if (Status s = verify(cache, r); !s) return s;
+  return write_step(cache, r, upto);
+}
+
+Status FakeEngine::write_step(const KvCache& cache, FakeRequest& r, uint64_t upto) {
+  manager_.wait(cache.ready_event());
+  if (r.initialize_on_first_use) {
+    r.initialize_on_first_use = false;
+    for (const CacheGroup& g : manager_.plan().cache_groups()) {
+      const bool unselected = std::find(r.unselected_optional.begin(), r.unselected_optional.end(),
+                                        g.id) != r.unselected_optional.end();
+      if (g.policy == ReusePolicy::kPrivate || unselected) {
+        if (Status s = write(cache, r, 0, r.computed, &g); !s) return s;
+      }
+    }
+  }
   if (upto > cache.capacity() || upto < r.computed) {
     return Status::invalid("fake engine: step to " + std::to_string(upto) + " with capacity " +
                            std::to_string(cache.capacity()) + " and " + std::to_string(r.computed) +

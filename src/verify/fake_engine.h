@@ -37,11 +37,16 @@ class FakeEngine {
   // Writes always cover every byte. Sampling keeps long randomized runs fast; whole pages move
   // between slots, so a misplaced page still shows at its first bytes.
   void set_sampled_check(uint64_t bytes_per_end) { sample_bytes_ = bytes_per_end; }
+  // Writes too only that many bytes at each end of every region (0: every byte). For long
+  // simulations of real-size models, where writing whole states each step would dominate.
+  void set_sampled_writes(uint64_t bytes_per_end) { sample_writes_ = bytes_per_end; }
 
   // Waits for the cache's pages, checks what the step reads, then writes KV for tokens
   // [computed, upto) and the states after `upto` tokens. Requires: ACTIVE, capacity >= upto,
   // upto <= tokens of every beam.
   Status step(const KvCache& cache, FakeRequest& request, uint64_t upto);
+  // The writes of step() without its checks (callers that verify at chosen points instead).
+  Status write_step(const KvCache& cache, FakeRequest& request, uint64_t upto);
   // Waits for the cache's pages and checks every resident page.
   Status verify(const KvCache& cache, FakeRequest& request);
   // Recomputes one group's pages for the tokens already computed (an OPTIONAL group that was
@@ -73,6 +78,7 @@ class FakeEngine {
   KvCacheManager& manager_;
   std::vector<std::vector<Buffer>> buffers_;  // by cache group
   uint64_t sample_bytes_ = 0;
+  uint64_t sample_writes_ = 0;
   uint64_t pages_checked_ = 0;
   uint64_t bytes_written_ = 0;
 };

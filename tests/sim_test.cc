@@ -1,0 +1,158 @@
+// `hybridkv sim`: the reuse bound on the bundled slice, verification through the fake engine,
+// bad traces reported with their line, and the report files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string scratch(const std::string& name) {
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp ? tmp : "/tmp") + "/hkv_sim_test_" + std::to_string(getpid()) + "_" + name;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CliRun run_cli(const std::string& args) {
+  const std::string out = scratch("out"), err = scratch("err");
+  const int status =
+      std::system((std::string(HKV_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
+  CliRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return r;
+}
+
+#ifdef HKV_SANITIZED
+constexpr int kVerifyLimit = 30;  // the sanitized CLI is ~10x slower
+#else
+constexpr int kVerifyLimit = 120;
+#endif
+
+const std::string kSlice = std::string(HKV_DATA_DIR) + "/mooncake_conversation_first1000.jsonl";
+const std::string kModel = std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json";
+
+// The bound computed independently: for every request, the longest prefix of whole 512-token
+// id blocks (and the shorter tail of an equal id) shared with any earlier prompt, pairwise.
+uint64_t brute_force_bound() {
+  std::ifstream in(kSlice);
+  std::string line;
+  std::vector<std::pair<uint64_t, std::vector<uint64_t>>> earlier;
+  uint64_t bound = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const uint64_t len = j["input_length"];
+    const std::vector<uint64_t> ids = j["hash_ids"];
+    uint64_t best = 0;
+    for (const auto& [other_len, other] : earlier) {
+      uint64_t common = 0;
+      for (size_t b = 0; b < ids.size() && b < other.size() && ids[b] == other[b]; ++b) {
+        const uint64_t mine = std::min<uint64_t>(512, len - b * 512);
+        const uint64_t theirs = std::min<uint64_t>(512, other_len - b * 512);
+        common += std::min(mine, theirs);
+        if (std::min(mine, theirs) < 512) break;
+      }
+      best = std::max(best, common);
+    }
+    bound += std::min(best, len - 1);
+    earlier.push_back({len, ids});
+  }
+  return bound;
+}
+
+TEST(Sim, AttentionOnlyOneAtATimeReusesExactlyTheBound) {
+  const std::string json = scratch("bound.json");
+  const CliRun r = run_cli(
+      "sim --model " + kModel + " --trace " + kSlice +
+      " --attention-only --max-batch 1 --backend none --gpu-quota 8TiB --quiet --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  const uint64_t independent = brute_force_bound();
+  EXPECT_EQ(independent, 2962765u);  // the figure in the shared trace notes
+  EXPECT_EQ(j["reuse_bound_tokens"].get<uint64_t>(), independent);
+  EXPECT_EQ(j["reused_tokens"].get<uint64_t>(), independent);
+  EXPECT_EQ(j["prompt_tokens"].get<uint64_t>(), 13732944u);
+  std::remove(json.c_str());
+}
+
+TEST(Sim, VerifyOnTheHostBackendFindsNoMismatch) {
+  const std::string json = scratch("verify.json"), svg = scratch("plot.svg");
+  const CliRun r = run_cli(
+      "sim --model " + kModel + " --trace " + kSlice + " --limit " + std::to_string(kVerifyLimit) +
+      " --backend host --tp 8 --gpu-quota 512MiB --host-quota 1GiB "
+      "--max-batch 16 --snapshot-policy branch,demand,periodic:2048 --verify --quiet "
+      "--json " +
+      json + " --svg " + svg);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u);
+  EXPECT_GT(j["reused_tokens"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["bytes_offloaded"].get<uint64_t>(), 0u);  // the host tier was used
+  EXPECT_NE(slurp(svg).find("<svg"), std::string::npos);
+  std::remove(json.c_str());
+  std::remove(svg.c_str());
+}
+
+TEST(Sim, SyntheticTrafficRunsAndReports) {
+  const CliRun r = run_cli("sim --model " + kModel +
+                           " --trace synthetic:300:7 --backend none "
+                           "--gpu-quota 40GiB --host-quota 200GiB --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* field : {"requests            300", "reused tokens", "SSM snapshot hits",
+                            "suspends / resumes", "peak GPU slots", "manager CPU / step"}) {
+    EXPECT_NE(r.out.find(field), std::string::npos) << field << "\n" << r.out;
+  }
+}
+
+TEST(Sim, BadTracesNameTheLineAndStopCleanly) {
+  const std::map<std::string, std::string> cases = {
+      {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2}\n",
+       "line 1: field 'hash_ids' is missing"},
+      {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2, \"hash_ids\": [1]}\nnot "
+       "json\n",
+       "line 2: not a JSON object"},
+      {"{\"timestamp\": 0, \"input_length\": -5, \"output_length\": 2, \"hash_ids\": [1]}\n",
+       "line 1: field 'input_length' is -5"},
+      {"{\"timestamp\": 0, \"output_length\": 2, \"hash_ids\": [1]}\n",
+       "line 1: field 'input_length' is missing"},
+      {"\n{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2, \"hash_ids\": [\"x\"]}\n",
+       "line 2: hash_ids holds \"x\""},
+  };
+  for (const auto& [text, expected] : cases) {
+    SCOPED_TRACE(expected);
+    const std::string path = scratch("bad.jsonl");
+    std::ofstream(path) << text;
+    const CliRun r =
+        run_cli("sim --model " + kModel + " --trace " + path + " --backend none --quiet");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line";
+    std::remove(path.c_str());
+  }
+  const CliRun missing = run_cli("sim --model " + kModel + " --trace /nonexistent.jsonl --quiet");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("cannot open the trace"), std::string::npos);
+  const CliRun policy =
+      run_cli("sim --model " + kModel + " --trace " + kSlice + " --snapshot-policy sometimes");
+  EXPECT_EQ(policy.exit_code, 2);
+  EXPECT_NE(policy.err.find("--snapshot-policy: 'sometimes'"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,36 @@
+// `hybridkv sim`: a serving-engine scheduler loop that drives the hybrid manager over a trace.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hybridkv::tools {
+
+struct SimOptions {
+  std::string model;
+  std::string trace;
+  uint64_t limit = 0;  // requests read from the trace (0: all)
+  std::string gpu_quota = "40GiB";
+  std::string host_quota;
+  std::string disk_quota;
+  uint32_t tp = 1;
+  uint32_t max_batch = 64;
+  uint64_t max_tokens_per_step = 8192;
+  std::string snapshot_policy = "periodic:512";
+  uint32_t spec_tokens = 0;
+  std::string backend = "host";
+  bool verify = false;
+  bool attention_only = false;
+  std::string arrival = "asap";  // asap | timestamps
+  uint64_t step_ms = 10;         // simulated time per step with --arrival timestamps
+  std::string json;
+  std::string svg;
+  bool quiet = false;
+};
+
+void add_sim_command(CLI::App& app, SimOptions& options);
+int run_sim_command(const SimOptions& options);
+
+}  // namespace hybridkv::tools

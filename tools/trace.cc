@@ -1,5 +1,7 @@
 #include "trace.h"
 
+#include "util/mix.h"
+
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -8,12 +10,7 @@
 namespace hybridkv::tools {
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t mix(uint64_t x) { return mix64(x); }
 
 // Prompt tokens live below 2^30, generated ones above: the two never collide. Within each,
 // (id, position) -> token is a counter-mode hash; a collision between two ids' 512-token blocks

@@ -1,17 +1,14 @@
 #include "verify/fake_engine.h"
 
+#include "util/mix.h"
+
 #include <algorithm>
 #include <cstring>
 
 namespace hybridkv::verify {
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t mix(uint64_t x) { return mix64(x); }
 uint64_t combine(uint64_t a, uint64_t b) { return mix(a ^ mix(b)); }
 
 uint64_t fnv(const std::string& s) {

@@ -140,6 +140,8 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_flag("--attention-only", o.attention_only, "drop the recurrent layers");
   sim->add_option("--arrival", o.arrival, "asap or timestamps");
   sim->add_option("--step-ms", o.step_ms, "simulated milliseconds per step (timestamps)");
+  sim->add_option("--typical-len", o.typical_len,
+                  "tokens per request of the typical step that shapes the pool split");
   sim->add_option("--json", o.json, "write the report as JSON");
   sim->add_option("--svg", o.svg, "write a plot of reuse and memory over time");
   sim->add_flag("--quiet", o.quiet, "no progress output");
@@ -151,7 +153,7 @@ int run_sim_command(const SimOptions& o) {
   serving.max_batch = o.max_batch;
   serving.num_spec_tokens = o.spec_tokens;
   serving.tokens_per_block = 32;
-  serving.typical_len = 8192;
+  serving.typical_len = o.typical_len;
   Result<SnapshotPolicy> policy = parse_policy(o.snapshot_policy);
   if (!policy) return fail(policy.status().message());
   serving.snapshots = *policy;

@@ -24,7 +24,9 @@ struct SimOptions {
   bool verify = false;
   bool attention_only = false;
   std::string arrival = "asap";  // asap | timestamps
-  uint64_t step_ms = 10;         // simulated time per step with --arrival timestamps
+  uint64_t step_ms = 10;
+  uint64_t typical_len = 8192;  // shapes the split between state and attention pools         //
+                                // simulated time per step with --arrival timestamps
   std::string json;
   std::string svg;
   bool quiet = false;

@@ -161,24 +161,35 @@ class Engine {
     }
   }
 
-  // Prefill up to the next snapshot point; commits there. Returns true when the prompt is done.
+  // The step's indices; applies the replay resets it reports and waits for the pages.
+  Result<HybridCacheManager::Step> begin_step(uint64_t id) {
+    const std::vector<uint64_t> ids = {id};
+    Result<HybridCacheManager::Step> step = h_.prepare_step(ids, 0);
+    if (!step) return step;
+    h_.manager().wait(h_.cache(id)->ready_event());
+    for (int32_t r : step->replay_resets) meta(r)[0] = 0;  // a fresh replay page: nothing pending
+    return step;
+  }
+
+  void write_checkpoint(KvCache& c, const float* s, const float* conv) {
+    const int32_t state = *c.state_index(*h_.state_group());
+    std::memcpy(buffer(TierKind::kGpu, kRecurrent, "ssm_state", state), s, kDim * 4);
+    std::memcpy(buffer(TierKind::kGpu, kRecurrent, "conv_state", state), conv, 2 * kDim * 4);
+  }
+
+  // Prefill up to the next snapshot point, and commit there.
   Status prefill_chunk(uint64_t id, Sequence& q) {
     KvCache& c = *h_.cache(id);
     const uint64_t from = c.history();
     const uint64_t to = *h_.next_snapshot_point(id);
     if (Status s = h_.resize(id, to, from); !s) return s;
-    const std::vector<uint64_t> ids = {id};
-    Result<HybridCacheManager::Step> step = h_.prepare_step(ids, 0);
+    Result<HybridCacheManager::Step> step = begin_step(id);
     if (!step) return step.status();
-    h_.manager().wait(c.ready_event());
-    for (int32_t r : step->replay_resets) meta(r)[0] = 0;  // a fresh replay page: nothing pending
     float s[kDim], conv[2 * kDim];
     current_state(c, s, conv);
     int32_t next = -1;
     for (uint64_t p = from; p < to; ++p) next = token(c, q.prompt[p], p, s, conv);
-    const int32_t state = *c.state_index(*h_.state_group());
-    std::memcpy(buffer(TierKind::kGpu, kRecurrent, "ssm_state", state), s, kDim * 4);
-    std::memcpy(buffer(TierKind::kGpu, kRecurrent, "conv_state", state), conv, 2 * kDim * 4);
+    write_checkpoint(c, s, conv);
     if (Status st = h_.resize(id, to, to); !st) return st;
     if (Status st = h_.commit_at_snapshot(id); !st) return st;
     if (to == q.prompt.size()) {
@@ -194,17 +205,13 @@ class Engine {
     KvCache& c = *h_.cache(id);
     const uint64_t history = c.history();
     if (Status s = h_.resize(id, history + kSpec + 1, history); !s) return s;
-    const std::vector<uint64_t> ids = {id};
-    Result<HybridCacheManager::Step> step = h_.prepare_step(ids, 0);
+    Result<HybridCacheManager::Step> step = begin_step(id);
     if (!step) return step.status();
-    h_.manager().wait(c.ready_event());
-    for (int32_t r : step->replay_resets) meta(r)[0] = 0;  // a fresh replay page: nothing pending
     float s[kDim], conv[2 * kDim];
     current_state(c, s, conv);
     // Drafts: the greedy continuation (the bonus token after the last one comes for free).
     std::vector<int32_t> in = {q.last};
     std::vector<int32_t> pred;
-    std::vector<std::array<float, kDim>> states;
     for (int i = 0; i <= kSpec; ++i) {
       pred.push_back(token(c, in.back(), history + i, s, conv));
       if (i < kSpec) in.push_back(pred.back());
@@ -219,9 +226,7 @@ class Engine {
       // Fold: the checkpoint becomes the state before this step's tokens.
       float cs[kDim], cc[2 * kDim];
       current_state(c, cs, cc);
-      const int32_t state = *c.state_index(*h_.state_group());
-      std::memcpy(buffer(TierKind::kGpu, kRecurrent, "ssm_state", state), cs, kDim * 4);
-      std::memcpy(buffer(TierKind::kGpu, kRecurrent, "conv_state", state), cc, 2 * kDim * 4);
+      write_checkpoint(c, cs, cc);
       n = 0;
     }
     float* xs = buffer(TierKind::kGpu, kRecurrent, "replay_x", replay);

@@ -143,8 +143,6 @@ class ManagerCore {
   void emit(CacheEventKind kind, prefix::NodeId node, CacheGroupId group);
   void publish(prefix::NodeId node, CacheGroupId group, PageId page, uint32_t coverage);
   void unpublish(prefix::NodeId node, CacheGroupId group);
-  std::vector<std::array<uint8_t, 32>> digests_in(const CacheRecord& rec, uint64_t begin,
-                                                  uint64_t end) const;
 };
 
 }  // namespace hybridkv::cache_detail

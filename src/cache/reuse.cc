@@ -16,16 +16,20 @@ namespace {
 constexpr size_t kGpu = 0;
 uint64_t blocks_for(uint64_t tokens, uint32_t tpb) { return (tokens + tpb - 1) / tpb; }
 bool publishable(const CacheGroup& g) { return g.policy != ReusePolicy::kPrivate; }
-}  // namespace
 
-std::vector<std::array<uint8_t, 32>> ManagerCore::digests_in(const CacheRecord& rec, uint64_t begin,
-                                                             uint64_t end) const {
-  std::vector<std::array<uint8_t, 32>> out;
-  for (const MultimodalItem& item : rec.multimodal) {
-    if (item.position >= begin && item.position < end) out.push_back(item.digest);
+// Digests of the multimodal items starting in [begin, end), into `buffer`; no allocation and an
+// empty span without items.
+std::span<const std::array<uint8_t, 32>> digests_between(
+    std::span<const MultimodalItem> items, uint64_t begin, uint64_t end,
+    std::vector<std::array<uint8_t, 32>>& buffer) {
+  if (items.empty()) return {};
+  buffer.clear();
+  for (const MultimodalItem& item : items) {
+    if (item.position >= begin && item.position < end) buffer.push_back(item.digest);
   }
-  return out;
+  return buffer;
 }
+}  // namespace
 
 MatchPlan ManagerCore::match(prefix::BlockHasher& hasher, const ReuseScope& scope,
                              std::span<const int32_t> tokens,
@@ -43,15 +47,9 @@ MatchPlan ManagerCore::match(prefix::BlockHasher& hasher, const ReuseScope& scop
   mp.root = tree.find(hasher.root(scope));
   if (mp.root == kNoNode) return mp;
 
-  // Digests of the multimodal items starting in [begin, end); no allocation without items.
   std::vector<std::array<uint8_t, 32>> digest_buffer;
-  auto digests = [&](uint64_t begin, uint64_t end) -> std::span<const std::array<uint8_t, 32>> {
-    if (multimodal.empty()) return {};
-    digest_buffer.clear();
-    for (const MultimodalItem& item : multimodal) {
-      if (item.position >= begin && item.position < end) digest_buffer.push_back(item.digest);
-    }
-    return digest_buffer;
+  auto digests = [&](uint64_t begin, uint64_t end) {
+    return digests_between(multimodal, begin, end, digest_buffer);
   };
   // Full blocks by key, in batches: the key chain does not wait for the lookups, so a batch of
   // keys is hashed, their index slots prefetched, and then looked up in order (a miss in a
@@ -327,7 +325,6 @@ Status ManagerCore::prepare_first_resume(uint32_t id, const std::vector<CacheGro
 }
 
 void ManagerCore::finish_first_resume(CacheRecord& rec) {
-  const uint32_t tpb = plan.config().tokens_per_block;
   // Unselected OPTIONAL groups give back what they matched: the engine recomputes that state.
   for (const CacheGroup& g : plan.cache_groups()) {
     GroupState& gs = rec.groups[g.id.value];
@@ -383,7 +380,6 @@ void ManagerCore::finish_first_resume(CacheRecord& rec) {
     } else {
       for (uint32_t k = 0; k < rec.beam_width; ++k) row[k] = private_copy(g, row[k]);
     }
-    (void)tpb;
   }
   rec.first_resume_done = true;
   record_match_stats(rec, true);
@@ -506,11 +502,13 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
     tree.prune(old);
   };
   const std::span<const int32_t> all(rec.tokens);
+  std::vector<std::array<uint8_t, 32>> digest_buffer;
   // Full blocks: deduplicate against the tree.
   for (uint64_t b = c / tpb; (b + 1) * tpb <= e; ++b) {
     const Node& parent = tree.node(rec.commit_parent);
     const BlockKey key =
-        hasher.key(parent.key, all.subspan(b * tpb, tpb), digests_in(rec, b * tpb, (b + 1) * tpb));
+        hasher.key(parent.key, all.subspan(b * tpb, tpb),
+                   digests_between(rec.multimodal, b * tpb, (b + 1) * tpb, digest_buffer));
     NodeId node = tree.find(key);
     if (node == kNoNode) node = tree.add(rec.commit_parent, key, all.subspan(b * tpb, tpb), true);
     for (const CacheGroup& g : plan.cache_groups()) {
@@ -542,7 +540,7 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   if (tail) {
     const uint64_t start = e / tpb * tpb;
     const BlockKey key = hasher.key(tree.node(rec.commit_parent).key, all.subspan(start, e - start),
-                                    digests_in(rec, start, e));
+                                    digests_between(rec.multimodal, start, e, digest_buffer));
     NodeId node = tree.find(key);
     if (node == kNoNode)
       node = tree.add(rec.commit_parent, key, all.subspan(start, e - start), false);

@@ -186,7 +186,7 @@ void check_layer_count(const Fields& f, size_t listed) {
   }
 }
 
-void read_nemotron_h(const Fields& f, const ModelOptions& o, ModelDescription& out, Builder& b) {
+void read_nemotron_h(const Fields& f, ModelDescription& out, Builder& b) {
   const std::string pattern = f.string("hybrid_override_pattern");
   if (pattern.empty()) f.fail("hybrid_override_pattern", "is empty");
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -213,7 +213,6 @@ void read_nemotron_h(const Fields& f, const ModelOptions& o, ModelDescription& o
   }
   out.num_model_layers = static_cast<uint32_t>(pattern.size());
   out.family = "Mamba2";
-  (void)o;
 }
 
 void read_qwen3_next(const Fields& f, ModelDescription& out, Builder& b) {
@@ -414,7 +413,7 @@ const char* known_model_types() {
 void read_family(const Fields& f, const std::string& model_type, const ModelOptions& options,
                  ModelDescription& out) {
   Builder b(f, options, out);
-  if (model_type == "nemotron_h") return read_nemotron_h(f, options, out, b);
+  if (model_type == "nemotron_h") return read_nemotron_h(f, out, b);
   if (model_type == "qwen3_next") return read_qwen3_next(f, out, b);
   if (model_type == "jamba") return read_jamba(f, out, b);
   if (model_type == "falcon_h1") return read_falcon_h1(f, out, b);

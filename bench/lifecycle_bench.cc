@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_models.h"
 #include "hybridkv/manager.h"
 #include "hybridkv/model.h"
 
@@ -20,15 +21,7 @@ CacheGroupId first_attention_group(const StoragePlan& plan) {
   return CacheGroupId(0);
 }
 
-ManagerConfig nemotron_config(uint32_t tpb) {
-  Result<ModelDescription> m =
-      read_model_config(std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json", ModelOptions{});
-  ManagerConfig c;
-  c.tokens_per_block = tpb;
-  c.attention_layers = m->attention_layer_configs(tpb);
-  c.ssm_layers = m->ssm_layer_configs();
-  return c;
-}
+ManagerConfig nemotron_config(uint32_t tpb) { return model_config("nemotron_h_8b.json", tpb); }
 
 // 256 decoding requests, each grown by one token per step: resize + block-table read.
 void BM_DecodeStep256(benchmark::State& state) {

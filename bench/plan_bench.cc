@@ -1,6 +1,7 @@
 // Cost of building storage plans and of token sizing (what an engine pays at start-up).
 #include <benchmark/benchmark.h>
 
+#include "bench_models.h"
 #include "hybridkv/model.h"
 #include "hybridkv/plan.h"
 
@@ -8,11 +9,7 @@ namespace hybridkv {
 namespace {
 
 ManagerConfig config_for(const char* file) {
-  Result<ModelDescription> m =
-      read_model_config(std::string(HKV_MODELS_DIR) + "/" + file, ModelOptions{});
-  ManagerConfig c;
-  c.attention_layers = m->attention_layer_configs(32);
-  c.ssm_layers = m->ssm_layer_configs();
+  ManagerConfig c = model_config(file, 32);
   c.tiers = {{TierKind::kGpu, 40ull << 30, ""}, {TierKind::kHost, 200ull << 30, ""}};
   return c;
 }

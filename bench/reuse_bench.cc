@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_models.h"
 #include "hybridkv/manager.h"
 #include "hybridkv/model.h"
 #include "prefix/block_hash.h"
@@ -16,12 +17,7 @@ namespace {
 constexpr uint32_t kTpb = 32;
 
 ManagerConfig bench_config() {
-  Result<ModelDescription> m =
-      read_model_config(std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json", ModelOptions{});
-  ManagerConfig c;
-  c.tokens_per_block = kTpb;
-  c.attention_layers = m->attention_layer_configs(kTpb);
-  c.ssm_layers = m->ssm_layer_configs();
+  ManagerConfig c = model_config("nemotron_h_8b.json", kTpb);
   // Metadata only: a quota large enough for a million attention pages and their snapshots.
   c.tiers = {{TierKind::kGpu, 1ull << 40, ""}};
   c.pool_ratio = std::vector<double>{0.2, 0.8};

@@ -128,6 +128,16 @@ inline Status commit_computed(Request& r, bool is_end = false) {
 }
 
 // Grows the cache to `upto` tokens and computes them with the fake engine.
+inline Status advance(verify::FakeEngine& engine, Request& r, uint64_t upto);
+
+// Resumes a new request, computes its first `upto` tokens and commits them.
+inline Status resume_compute_commit(verify::FakeEngine& engine, Request& r, uint64_t upto) {
+  if (Status s = r.cache->resume({}); !s) return s;
+  if (Status s = advance(engine, r, upto); !s) return s;
+  return commit_computed(r);
+}
+
+// Grows the cache to `upto` tokens and computes them with the fake engine.
 inline Status advance(verify::FakeEngine& engine, Request& r, uint64_t upto) {
   if (Status s = r.cache->resize(upto, r.fake.computed); !s) return s;
   return engine.step(*r.cache, r.fake, upto);

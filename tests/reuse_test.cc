@@ -19,6 +19,7 @@ using testing::make_manager;
 using testing::make_request;
 using testing::random_tokens;
 using testing::Request;
+using testing::resume_compute_commit;
 
 constexpr CacheGroupId kSsm(0), kPrivate(1), kFull(2), kWindow(3);
 
@@ -46,9 +47,7 @@ TEST_F(Reuse, ReusedPrefixHoldsWhatComputingWouldHaveWritten) {
   const std::vector<int32_t> tokens = random_tokens(rng_, 300);
   Request a = make_request(*m, tokens, 200);
   EXPECT_EQ(a.cache->reuse_match().reused_tokens, 0u);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 200));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 200));
   ASSERT_OK(a.cache->close());
 
   // B's prompt extends A's: it reuses A's 200 tokens (full blocks, the partial tail and the
@@ -79,9 +78,7 @@ TEST_F(Reuse, SharedPagesNeverChangeWhileShared) {
   verify::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 400);
   Request a = make_request(*m, tokens, 160);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 160));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 160));
   const std::vector<int32_t> a_table(a.cache->block_table(kFull)->begin(),
                                      a.cache->block_table(kFull)->end());
   std::map<int32_t, uint64_t> before;
@@ -182,9 +179,7 @@ TEST_F(Reuse, ScopesNeverShareAndKeysDoNotDependOnTheContainer) {
   verify::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 50);
   Request a = make_request(*m, tokens, 48, 1, ReuseScope{1, 2});
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 48));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 48));
   EXPECT_EQ(m->probe_reuse(ReuseScope{1, 2}, tokens).reused_tokens, 48u);
   EXPECT_EQ(m->probe_reuse(ReuseScope{1, {}}, tokens).reused_tokens, 0u);
   EXPECT_EQ(m->probe_reuse(ReuseScope{{}, 2}, tokens).reused_tokens, 0u);
@@ -262,9 +257,7 @@ TEST_F(Reuse, OptionalGroupsAreChosenAtTheFirstResume) {
   ASSERT_EQ(m->plan().cache_group(optional).policy, ReusePolicy::kOptional);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 64));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 64));
   ASSERT_OK(a.cache->close());
 
   Request b = make_request(*m, tokens, 80);
@@ -305,9 +298,7 @@ TEST_F(Reuse, TreePagesEvictedToHostComeBackOnAHit) {
   verify::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 200);
   Request a = make_request(*m, tokens, 160);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 160));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 160));
   ASSERT_OK(a.cache->close());
   // Pressure: the tree's DROPPABLE pages move to the host.
   Request big = make_request(*m, random_tokens(rng_, 5000), 10);
@@ -336,9 +327,7 @@ TEST_F(Reuse, DroppedPagesLeaveTheTreeAndEventsSayWhat) {
   verify::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 200);
   Request a = make_request(*m, tokens, 160);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 160));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 160));
   ASSERT_OK(a.cache->close());
   std::vector<CacheEvent> events = m->take_events();
   size_t stored = 0;
@@ -364,9 +353,7 @@ TEST_F(Reuse, ClearReusableBlocksEmptiesTheTree) {
   verify::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 64));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 64));
   EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 64u);
   m->clear_reusable_blocks();
   EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 0u);
@@ -419,9 +406,7 @@ TEST_F(Reuse, ProbesRunFromSeveralThreadsWithoutSideEffects) {
   verify::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 300);
   Request a = make_request(*m, tokens, 256);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 256));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 256));
   const std::string before = m->debug_snapshot();
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
@@ -444,9 +429,7 @@ TEST_F(Reuse, NoBlockReuseMeansNoTree) {
   verify::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 64));
-  ASSERT_OK(commit_computed(a));
+  ASSERT_OK(resume_compute_commit(engine, a, 64));
   EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 0u);
   EXPECT_EQ(m->reuse_stats().tree_blocks, 0u);
 }

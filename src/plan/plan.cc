@@ -19,7 +19,7 @@ Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
   plan.groups_ = std::move(structure->groups);
   plan.buffers_ = std::move(structure->buffers);
   plan.pool_groups_ = std::move(structure->pool_groups);
-  const Structure view{plan.groups_, plan.buffers_, plan.pool_groups_};
+  const plan_detail::StructureView view{plan.groups_, plan.pool_groups_};
 
   for (const TierConfig& t : config.tiers) {
     TierPlan tier;

@@ -10,11 +10,18 @@
 
 namespace hybridkv::plan_detail {
 
+// What slot counting reads: the cache groups and pool groups (with floors), borrowed.
+struct StructureView {
+  const std::vector<CacheGroup>& groups;
+  const std::vector<PoolGroup>& pool_groups;
+};
+
 // Groups, buffers and pool groups of a config, with floors; no tiers.
 struct Structure {
   std::vector<CacheGroup> groups;
   std::vector<PlannedBuffer> buffers;
   std::vector<PoolGroup> pool_groups;
+  operator StructureView() const { return {groups, pool_groups}; }  // NOLINT: a borrow
 };
 
 // groups.cc: buffers -> cache groups (ids assigned), buffers in slot order within each group.
@@ -42,10 +49,10 @@ struct TierSplit {
   bool feasible = true;            // the GPU floors and fixed pools fit
   std::vector<std::string> notes;  // floors that overrode the ratio
 };
-TierSplit split_tier(const ManagerConfig& config, const Structure& s, TierKind kind,
+TierSplit split_tier(const ManagerConfig& config, const StructureView& s, TierKind kind,
                      uint64_t quota);
 // Bytes of every GPU floor and fixed pool (before rounding to the grain).
-uint64_t minimum_gpu_bytes(const Structure& s);
+uint64_t minimum_gpu_bytes(const StructureView& s);
 // Rounds up to the tier's grain.
 uint64_t round_to_grain(TierKind kind, uint64_t quota);
 
@@ -56,9 +63,9 @@ namespace hybridkv::plan_detail {
 // The most requests' slots usable at util: the largest u with scale_by_util(u, util) <= slots.
 uint64_t usable_slots(uint64_t slots, double util);
 // See StoragePlan::gpu_kv_tokens / max_request_tokens; `slots` are GPU slots per pool group.
-std::optional<uint64_t> kv_tokens(const ManagerConfig& config, const Structure& s,
+std::optional<uint64_t> kv_tokens(const ManagerConfig& config, const StructureView& s,
                                   const std::vector<uint64_t>& slots);
-std::optional<uint64_t> longest_request(const ManagerConfig& config, const Structure& s,
+std::optional<uint64_t> longest_request(const ManagerConfig& config, const StructureView& s,
                                         const std::vector<uint64_t>& slots);
 
 }  // namespace hybridkv::plan_detail

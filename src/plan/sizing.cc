@@ -23,7 +23,7 @@ struct AttentionCounts {
   uint64_t window_slots = 0;  // one request's window and sink blocks, all window groups
 };
 
-AttentionCounts count_attention(const Structure& s, const PoolGroup& pg) {
+AttentionCounts count_attention(const StructureView& s, const PoolGroup& pg) {
   AttentionCounts c;
   for (CacheGroupId g : pg.groups) {
     const CacheGroup& group = s.groups[g.value];
@@ -40,7 +40,7 @@ AttentionCounts count_attention(const Structure& s, const PoolGroup& pg) {
 
 }  // namespace
 
-std::optional<uint64_t> kv_tokens(const ManagerConfig& config, const Structure& s,
+std::optional<uint64_t> kv_tokens(const ManagerConfig& config, const StructureView& s,
                                   const std::vector<uint64_t>& slots) {
   bool any_full = false;
   for (const PoolGroup& pg : s.pool_groups) any_full = any_full || count_attention(s, pg).full > 0;
@@ -57,7 +57,7 @@ std::optional<uint64_t> kv_tokens(const ManagerConfig& config, const Structure& 
   return tokens;
 }
 
-std::optional<uint64_t> longest_request(const ManagerConfig& config, const Structure& s,
+std::optional<uint64_t> longest_request(const ManagerConfig& config, const StructureView& s,
                                         const std::vector<uint64_t>& slots) {
   std::optional<uint64_t> tokens;
   for (const PoolGroup& pg : s.pool_groups) {
@@ -76,25 +76,26 @@ std::optional<uint64_t> longest_request(const ManagerConfig& config, const Struc
 namespace hybridkv {
 
 using plan_detail::Structure;
+using plan_detail::StructureView;
 
 std::optional<uint64_t> StoragePlan::gpu_kv_tokens() const {
   const TierPlan* gpu = tier(TierKind::kGpu);
   if (gpu == nullptr) return std::nullopt;
-  const Structure view{groups_, buffers_, pool_groups_};
+  const plan_detail::StructureView view{groups_, pool_groups_};
   return plan_detail::kv_tokens(config_, view, gpu->slots);
 }
 
 std::optional<uint64_t> StoragePlan::max_request_tokens() const {
   const TierPlan* gpu = tier(TierKind::kGpu);
   if (gpu == nullptr) return std::nullopt;
-  const Structure view{groups_, buffers_, pool_groups_};
+  const plan_detail::StructureView view{groups_, pool_groups_};
   return plan_detail::longest_request(config_, view, gpu->slots);
 }
 
 namespace {
 
 // GPU slots of the plan at `quota` exactly as build() computes them (raise included).
-std::vector<uint64_t> gpu_slots_at(const ManagerConfig& config, const Structure& s,
+std::vector<uint64_t> gpu_slots_at(const ManagerConfig& config, const StructureView& s,
                                    uint64_t quota) {
   uint64_t q = plan_detail::round_to_grain(TierKind::kGpu, quota);
   const uint64_t minimum = plan_detail::minimum_gpu_bytes(s);

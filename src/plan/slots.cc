@@ -115,7 +115,7 @@ void compute_floors(const ManagerConfig& config, Structure& s) {
 
 // Byte weights of the ratio split: an explicit pool_ratio, else the demand of the typical step,
 // else of the constraints (the most any of them needs), else of the default batch.
-std::vector<double> pool_weights(const ManagerConfig& config, const Structure& s) {
+std::vector<double> pool_weights(const ManagerConfig& config, const StructureView& s) {
   std::vector<double> weights(s.pool_groups.size(), 0.0);
   if (config.pool_ratio) {
     for (size_t i = 0; i < weights.size(); ++i) weights[i] = (*config.pool_ratio)[i];
@@ -162,7 +162,7 @@ Result<Structure> build_structure(const ManagerConfig& config) {
   return s;
 }
 
-uint64_t minimum_gpu_bytes(const Structure& s) {
+uint64_t minimum_gpu_bytes(const StructureView& s) {
   uint64_t bytes = 0;
   for (const PoolGroup& pg : s.pool_groups) bytes += pg.floor_slots * pg.slot_bytes;
   return bytes;
@@ -173,7 +173,7 @@ uint64_t round_to_grain(TierKind kind, uint64_t quota) {
   return (quota + grain - 1) / grain * grain;
 }
 
-TierSplit split_tier(const ManagerConfig& config, const Structure& s, TierKind kind,
+TierSplit split_tier(const ManagerConfig& config, const StructureView& s, TierKind kind,
                      uint64_t quota) {
   TierSplit split;
   const size_t n = s.pool_groups.size();

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "hybridkv/hybrid.h"
+#include "hybridkv/testing/inspect.h"
 #include "lifecycle_fixture.h"
 
 namespace hybridkv {
@@ -123,7 +124,7 @@ TEST(HybridPlan, PipelineRanksShareLayersAndMtpGoesLast) {
   const ManagerConfig only_attention = *hybrid_manager_config(model("jamba_v0_1.json"), j);
   EXPECT_EQ(only_attention.attention_layers.size(), 1u);
   EXPECT_TRUE(only_attention.ssm_layers.empty());
-  const BackendOptions none{BackendKind::kNone, false};
+  const BackendOptions none{BackendKind::kNone};
   EXPECT_TRUE(HybridCacheManager::create(model("jamba_v0_1.json"), j, none).is_ok());
   j.pp_rank = 5;
   const ManagerConfig only_ssm = *hybrid_manager_config(model("jamba_v0_1.json"), j);
@@ -152,7 +153,7 @@ TEST(HybridPlan, ConfigurationsThatCannotHoldTheirFloorsAreRefused) {
   ServingConfig s = serving64(3);
   s.tiers = {{TierKind::kGpu, 64ull << 20, ""}};
   Result<std::unique_ptr<HybridCacheManager>> h =
-      HybridCacheManager::create(model("nemotron_h_8b.json"), s, {BackendKind::kNone, false});
+      HybridCacheManager::create(model("nemotron_h_8b.json"), s, {BackendKind::kNone});
   ASSERT_FALSE(h.is_ok());
   EXPECT_NE(h.status().message().find("raise the GPU quota to at least"), std::string::npos)
       << h.status().message();
@@ -189,7 +190,7 @@ class HybridFamily : public ::testing::TestWithParam<Family> {
     Result<std::unique_ptr<HybridCacheManager>> h = HybridCacheManager::create(c, serving_);
     ASSERT_TRUE(h.is_ok()) << h.status().to_string();
     hybrid_ = std::move(h).value();
-    engine_ = std::make_unique<verify::FakeEngine>(hybrid_->manager());
+    engine_ = std::make_unique<testing::FakeEngine>(hybrid_->manager());
   }
 
   // Adds, resumes and computes a request of `n` tokens; suspends it.
@@ -211,8 +212,8 @@ class HybridFamily : public ::testing::TestWithParam<Family> {
   ModelDescription model_;
   ServingConfig serving_;
   std::unique_ptr<HybridCacheManager> hybrid_;
-  std::unique_ptr<verify::FakeEngine> engine_;
-  std::map<uint64_t, verify::FakeRequest> fakes_;
+  std::unique_ptr<testing::FakeEngine> engine_;
+  std::map<uint64_t, testing::FakeRequest> fakes_;
   std::mt19937_64 rng_{5};
 };
 
@@ -244,7 +245,7 @@ TEST_P(HybridFamily, SuspendedStateFollowsRequestIntoNewSlotBitForBit) {
   ASSERT_OK(hybrid_->suspend(1));
   ASSERT_OK(hybrid_->resume(1));
   EXPECT_EQ(hybrid_->prepare_step(ids, 0)->replay_resets.size(), 0u);  // suspend kept the mark
-  EXPECT_EQ(hybrid_->manager().check_invariants(), "");
+  EXPECT_EQ(testing::check_invariants(hybrid_->manager()), "");
 }
 
 TEST_P(HybridFamily, RePrefillStartsFromResetReplayState) {
@@ -325,9 +326,9 @@ TEST(HybridSnapshots, NextPointFollowsThePolicy) {
   s.snapshots.periodic_interval = 512;
   s.snapshots.offsets_from_start = {100};
   s.snapshots.offsets_from_end = {64};
-  auto h = std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s,
-                                                {BackendKind::kNone, false}))
-               .value();
+  auto h =
+      std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s, {BackendKind::kNone}))
+          .value();
   std::vector<int32_t> prompt(2000);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
   ASSERT_OK(h->add_request(1, prompt));
@@ -359,9 +360,9 @@ TEST(HybridSnapshots, BranchPointAndDemandDriven) {
   s.snapshots.branch_point = true;
   s.snapshots.demand_driven = true;
   s.enable_partial_reuse = false;  // matches stop at block boundaries: 288, not 300
-  auto h = std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s,
-                                                {BackendKind::kNone, false}))
-               .value();
+  auto h =
+      std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s, {BackendKind::kNone}))
+          .value();
   std::vector<int32_t> prompt(600);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
   auto prefill = [&](uint64_t id) {

@@ -29,7 +29,7 @@ std::vector<int32_t> table_of(const KvCache& cache, CacheGroupId group, uint32_t
 class Lifecycle : public ::testing::Test {
  protected:
   void SetUp() override { rng_.seed(1234); }
-  void expect_clean(const KvCacheManager& m) { EXPECT_EQ(m.check_invariants(), ""); }
+  void expect_clean(const KvCacheManager& m) { EXPECT_EQ(testing::check_invariants(m), ""); }
   std::mt19937_64 rng_;
 };
 
@@ -46,7 +46,7 @@ TEST_F(Lifecycle, PlanOfTheTestModel) {
 
 TEST_F(Lifecycle, ComputeSuspendResumeKeepsEveryByte) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   Request r = make_request(*m, random_tokens(rng_, 300), 200);
   ASSERT_OK(r.cache->resume({}));
   ASSERT_OK(advance(engine, r, 200));
@@ -66,7 +66,7 @@ TEST_F(Lifecycle, ComputeSuspendResumeKeepsEveryByte) {
 
 TEST_F(Lifecycle, SuspendedPagesMoveToHostAndComeBackIntoOtherSlots) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 700), 600);
   ASSERT_OK(a.cache->resume({}));
   ASSERT_OK(advance(engine, a, 600));
@@ -101,16 +101,16 @@ TEST_F(Lifecycle, RefusedResumeLeavesCacheSuspendedAndNothingChanged) {
   LifecycleModel model;
   model.host_quota = 0;  // nowhere to demote: held states keep the 6 GPU SSM slots
   auto m = make_manager(model);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   std::vector<Request> held;
   Status refused;
   for (int i = 0; i < 10 && refused.is_ok(); ++i) {
     held.push_back(make_request(*m, random_tokens(rng_, 40), 40));
     Request& r = held.back();
-    const std::string before = m->debug_snapshot();
+    const std::string before = testing::debug_snapshot(*m);
     refused = r.cache->resume({});
     if (!refused.is_ok()) {
-      EXPECT_EQ(m->debug_snapshot(), before);
+      EXPECT_EQ(testing::debug_snapshot(*m), before);
       EXPECT_EQ(r.cache->state(), CacheState::kSuspended);
       EXPECT_EQ(i, 6);
       break;
@@ -145,29 +145,29 @@ TEST_F(Lifecycle, ResumeIsRefusedAboveUtilGate) {
     ASSERT_TRUE(active.back().cache->resume({}).is_ok()) << i;
   }
   Request extra = make_request(*m, random_tokens(rng_, 10), 10);
-  const std::string before = m->debug_snapshot();
+  const std::string before = testing::debug_snapshot(*m);
   const Status s = extra.cache->resume({});
   EXPECT_EQ(s.code(), StatusCode::kRefused) << s.to_string();
   EXPECT_NE(s.message().find("pool group 0 (GPU) would have 6 of 6 slots locked"),
             std::string::npos)
       << s.message();
-  EXPECT_EQ(m->debug_snapshot(), before);
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
 }
 
 TEST_F(Lifecycle, OutOfPagesInResizeRollsBackExactly) {
   LifecycleModel model;
   model.host_quota = 0;
   auto m = make_manager(model);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 5000), 100);
   ASSERT_OK(a.cache->resume({}));
   ASSERT_OK(advance(engine, a, 100));
-  const std::string before = m->debug_snapshot();
+  const std::string before = testing::debug_snapshot(*m);
   // 239 attention slots; the window needs 4 of them: 240 full blocks do not fit.
   const Status s = a.cache->resize(240 * 16, 100);
   ASSERT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
   EXPECT_NE(s.message().find("resize: pool group 2 (GPU) needs"), std::string::npos) << s.message();
-  EXPECT_EQ(m->debug_snapshot(), before);
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
   EXPECT_EQ(a.cache->capacity(), 100u);
   ASSERT_OK(engine.verify(*a.cache, a.fake));
   expect_clean(*m);
@@ -185,7 +185,7 @@ TEST_F(Lifecycle, QuotaTooSmallForOneRequestFailsNamingThePoolGroup) {
 
 TEST_F(Lifecycle, SlidingWindowReleasesStaleBlocks) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 400), 10);
   ASSERT_OK(a.cache->resume({}));
   for (uint64_t t = 16; t <= 320; t += 16) ASSERT_OK(advance(engine, a, t));
@@ -202,7 +202,7 @@ TEST_F(Lifecycle, SlidingWindowReleasesStaleBlocks) {
 
 TEST_F(Lifecycle, BeamsGetTheirOwnPagesPastThePrompt) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 100), 40, 3);
   ASSERT_OK(a.cache->resume({}));
   ASSERT_OK(advance(engine, a, 40));
@@ -250,12 +250,12 @@ TEST_F(Lifecycle, MaxLiveKvCachesBoundsActivePlusSuspended) {
 
 TEST_F(Lifecycle, MisuseGetsAClearErrorAndChangesNothing) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 100), 50);
   ASSERT_OK(a.cache->resume({}));
   ASSERT_OK(advance(engine, a, 50));
   ASSERT_OK(a.cache->resize(60, 50));
-  const std::string before = m->debug_snapshot();
+  const std::string before = testing::debug_snapshot(*m);
   struct Case {
     const char* what;
     std::function<Status()> call;
@@ -285,19 +285,19 @@ TEST_F(Lifecycle, MisuseGetsAClearErrorAndChangesNothing) {
     const Status s = c.call();
     EXPECT_EQ(s.code(), c.code) << s.to_string();
     EXPECT_NE(s.message().find(c.message), std::string::npos) << s.message();
-    EXPECT_EQ(m->debug_snapshot(), before);
+    EXPECT_EQ(testing::debug_snapshot(*m), before);
   }
   ASSERT_OK(a.cache->close());
-  const std::string closed = m->debug_snapshot();
+  const std::string closed = testing::debug_snapshot(*m);
   EXPECT_EQ(a.cache->close().code(), StatusCode::kFailedPrecondition);  // double close
   EXPECT_EQ(a.cache->resume({}).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(a.cache->resize(10, 0).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(m->debug_snapshot(), closed);
+  EXPECT_EQ(testing::debug_snapshot(*m), closed);
 }
 
 TEST_F(Lifecycle, IndexBuffersFollowLockAndUnlock) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   std::vector<int32_t> full(16, 7), state(1, 7);  // outlive the cache that writes them
   Request a = make_request(*m, random_tokens(rng_, 100), 50);
   ASSERT_OK(a.cache->set_index_buffer(kFull, 0, full));
@@ -346,7 +346,7 @@ std::vector<std::string> block_tiers(const std::string& snapshot, int cache, int
 
 TEST_F(Lifecycle, LowPriorityBlocksAreEvictedFirst) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 200), 160);
   ASSERT_OK(a.cache->resume({}));
   ASSERT_OK(advance(engine, a, 160));
@@ -359,7 +359,7 @@ TEST_F(Lifecycle, LowPriorityBlocksAreEvictedFirst) {
   const uint64_t free_now = m->storage_stats().tiers[0].pool_groups[2].free_slots;
   ASSERT_EQ((free_now + 3) % 2, 0u);  // full and window blocks come in pairs at history 0
   ASSERT_OK(b.cache->resize((free_now + 3) / 2 * 16, 0));
-  const std::vector<std::string> tiers = block_tiers(m->debug_snapshot(), 0, 2);
+  const std::vector<std::string> tiers = block_tiers(testing::debug_snapshot(*m), 0, 2);
   ASSERT_EQ(tiers.size(), 10u);
   for (size_t block = 0; block < tiers.size(); ++block) {
     EXPECT_EQ(tiers[block], block >= 5 && block < 8 ? "HOST" : "GPU") << "block " << block;
@@ -379,11 +379,8 @@ TEST_F(Lifecycle, ShutdownIsRefusedWhileCachesAreOpen) {
 }
 
 TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
-  BackendOptions backend;
-  backend.start_with_copy_gate_closed = true;
-  auto m = make_manager(LifecycleModel{}, backend);
-  m->set_copy_gate(true);
-  verify::FakeEngine engine(*m);
+  auto m = make_manager(LifecycleModel{}, BackendOptions{});
+  testing::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 700), 600);
   ASSERT_OK(a.cache->resume({}));
   ASSERT_OK(advance(engine, a, 600));
@@ -396,19 +393,19 @@ TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
     ASSERT_OK(others.back().cache->suspend());
   }
   // Hold every copy: A's pages come back from the host only when the gate opens.
-  m->set_copy_gate(false);
+  testing::set_copy_gate(*m, false);
   ASSERT_OK(a.cache->resume({}));
   EXPECT_GT(m->take_iteration_stats().pages_onboarded, 0u);
   const CopyEvent ready = a.cache->ready_event();
   EXPECT_GT(ready.ticket, 0u);
   // Reading now, without waiting, finds the wrong bytes: the copy has not run.
-  verify::FakeEngine eager(*m);
+  testing::FakeEngine eager(*m);
   const auto table = table_of(*a.cache, kFull);
   const std::byte* first = m->slot_address(TierKind::kGpu, PoolGroupId(2), 0, table[0]);
   std::vector<std::byte> seen(first, first + 64);
   std::thread opener([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    m->set_copy_gate(true);
+    testing::set_copy_gate(*m, true);
   });
   // verify() waits for the ready event, so it sees the copied bytes.
   ASSERT_OK(engine.verify(*a.cache, a.fake));
@@ -424,7 +421,7 @@ TEST_F(Lifecycle, ConcurrentRequestsOnThreads) {
   for (int t = 0; t < 3; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(100 + t);
-      verify::FakeEngine engine(*m);
+      testing::FakeEngine engine(*m);
       for (int i = 0; i < 30 && !failed; ++i) {
         Request r = make_request(*m, random_tokens(rng, 200), 100);
         if (!r.cache->resume({}).is_ok()) continue;
@@ -442,7 +439,7 @@ TEST_F(Lifecycle, ConcurrentRequestsOnThreads) {
   }
   threads.emplace_back([&] {
     for (int i = 0; i < 200; ++i) {
-      if (!m->check_invariants().empty()) failed = true;
+      if (!testing::check_invariants(*m).empty()) failed = true;
       (void)m->storage_stats();
     }
   });

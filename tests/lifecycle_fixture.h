@@ -8,7 +8,8 @@
 #include <random>
 
 #include "hybridkv/manager.h"
-#include "verify/fake_engine.h"
+#include "hybridkv/testing/fake_engine.h"
+#include "hybridkv/testing/inspect.h"
 
 #define ASSERT_OK(expr)                                         \
   do {                                                          \
@@ -92,7 +93,7 @@ inline std::vector<int32_t> random_tokens(std::mt19937_64& rng, size_t n) {
 // One request: its cache and the engine's view of it.
 struct Request {
   std::unique_ptr<KvCache> cache;
-  verify::FakeRequest fake;
+  testing::FakeRequest fake;
   std::vector<int32_t> slots_at_suspend;
 };
 
@@ -108,7 +109,7 @@ inline Request make_request(KvCacheManager& manager, std::vector<int32_t> tokens
   EXPECT_TRUE(cache.is_ok()) << cache.status().to_string();
   if (cache.is_ok()) r.cache = std::move(cache).value();
   r.fake.tokens.assign(beams, tokens);
-  if (r.cache) verify::FakeEngine::adopt_reuse(*r.cache, r.fake);
+  if (r.cache) testing::FakeEngine::adopt_reuse(*r.cache, r.fake);
   for (uint32_t b = 1; b < beams; ++b) {
     for (size_t i = prompt_len; i < tokens.size(); ++i)
       r.fake.tokens[b][i] += static_cast<int32_t>(b);
@@ -128,17 +129,17 @@ inline Status commit_computed(Request& r, bool is_end = false) {
 }
 
 // Grows the cache to `upto` tokens and computes them with the fake engine.
-inline Status advance(verify::FakeEngine& engine, Request& r, uint64_t upto);
+inline Status advance(testing::FakeEngine& engine, Request& r, uint64_t upto);
 
 // Resumes a new request, computes its first `upto` tokens and commits them.
-inline Status resume_compute_commit(verify::FakeEngine& engine, Request& r, uint64_t upto) {
+inline Status resume_compute_commit(testing::FakeEngine& engine, Request& r, uint64_t upto) {
   if (Status s = r.cache->resume({}); !s) return s;
   if (Status s = advance(engine, r, upto); !s) return s;
   return commit_computed(r);
 }
 
 // Grows the cache to `upto` tokens and computes them with the fake engine.
-inline Status advance(verify::FakeEngine& engine, Request& r, uint64_t upto) {
+inline Status advance(testing::FakeEngine& engine, Request& r, uint64_t upto) {
   if (Status s = r.cache->resize(upto, r.fake.computed); !s) return s;
   return engine.step(*r.cache, r.fake, upto);
 }

@@ -31,7 +31,7 @@ constexpr CacheGroupId kFull(2), kOptional(3);
 
 // Digest of the bytes a tree page vouches for: the covered tokens of every attention buffer, the
 // whole state of an SSM buffer. (Bytes past the coverage of a partial block carry no meaning.)
-uint64_t covered_digest(const KvCacheManager& m, const KvCacheManager::TreePage& t) {
+uint64_t covered_digest(const KvCacheManager& m, const testing::TreePage& t) {
   const StoragePlan& plan = m.plan();
   const CacheGroup& g = plan.cache_group(t.group);
   const uint32_t tpb = plan.config().tokens_per_block;
@@ -64,7 +64,7 @@ TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
   model.pool_ratio = std::vector<double>{1.0, 0.05, 0.8};
   auto m = make_manager(model);
   ASSERT_TRUE(m);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   engine.set_sampled_check(16);
   std::vector<std::vector<int32_t>> trunks;
   for (int i = 0; i < 4; ++i) trunks.push_back(random_tokens(rng, 900));
@@ -103,9 +103,9 @@ TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
       const bool fresh = r.cache->reuse_match().reused_tokens > 0 && r.fake.initialize_on_first_use;
       if (fresh && rng() % 10 == 0) {
         // An invalid choice: an error, and nothing changes.
-        const std::string before = m->debug_snapshot();
+        const std::string before = testing::debug_snapshot(*m);
         ASSERT_EQ(r.cache->resume({}, {kFull}).code(), StatusCode::kInvalidArgument);
-        ASSERT_EQ(m->debug_snapshot(), before) << where;
+        ASSERT_EQ(testing::debug_snapshot(*m), before) << where;
         ++n.optional_refused_choice;
         continue;
       }
@@ -154,17 +154,17 @@ TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
       ++n.steps;
     } else if (dice < 65) {
       const bool is_end = rng() % 8 == 0;
-      const std::string before = rng() % 8 == 0 ? m->debug_snapshot() : "";
+      const std::string before = rng() % 8 == 0 ? testing::debug_snapshot(*m) : "";
       if (r.cache->history() < r.fake.computed) {
         const Status s = r.cache->resize(r.cache->capacity(), r.fake.computed);
         if (!s.is_ok()) continue;
       }
-      const std::string before_commit = before.empty() ? "" : m->debug_snapshot();
+      const std::string before_commit = before.empty() ? "" : testing::debug_snapshot(*m);
       const Status s = commit_computed(r, is_end);
       if (!s.is_ok()) {
         ASSERT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
         if (!before_commit.empty()) {
-          ASSERT_EQ(m->debug_snapshot(), before_commit) << where;
+          ASSERT_EQ(testing::debug_snapshot(*m), before_commit) << where;
         }
         ++n.failed_commits;
         continue;
@@ -188,12 +188,12 @@ TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
       ASSERT_OK(r.cache->close());
       r = Request{};
     }
-    ASSERT_EQ(m->check_invariants(), "") << where << " op " << n.ops;
+    ASSERT_EQ(testing::check_invariants(*m), "") << where << " op " << n.ops;
     if (n.ops % 200 == 0) {
       // Tree pages never change while they are in the tree (moves between tiers copy them).
       std::map<std::pair<BlockKey, uint32_t>, uint64_t> now;
       m->synchronize();  // pages that just moved tiers may still be on their way
-      for (const KvCacheManager::TreePage& t : m->debug_tree_pages()) {
+      for (const testing::TreePage& t : testing::tree_pages(*m)) {
         const auto key = std::make_pair(t.key, t.group.value);
         now[key] = covered_digest(*m, t);
         auto it = tree_digests.find(key);
@@ -213,7 +213,7 @@ TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
     }
   }
   m->clear_reusable_blocks();
-  ASSERT_EQ(m->check_invariants(), "");
+  ASSERT_EQ(testing::check_invariants(*m), "");
   for (const TierStorage& t : m->storage_stats().tiers) {
     for (const PoolGroupStorage& pg : t.pool_groups) ASSERT_EQ(pg.free_slots, pg.total_slots);
   }

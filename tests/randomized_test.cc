@@ -42,7 +42,7 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
   std::mt19937_64 rng(seed);
   auto m = make_manager(model);
   ASSERT_TRUE(m);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   engine.set_sampled_check(16);
   constexpr size_t kRequests = 12;
   std::vector<Request> requests(kRequests);
@@ -57,7 +57,7 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
       ASSERT_TRUE(r.cache) << where;
     } else if (r.cache->state() == CacheState::kSuspended) {
       const bool snapshot = rng() % 8 == 0;
-      const std::string before = snapshot ? m->debug_snapshot() : "";
+      const std::string before = snapshot ? testing::debug_snapshot(*m) : "";
       const Status s = r.cache->resume({});
       if (s.is_ok()) {
         ++n.resumes;
@@ -72,7 +72,7 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
             << s.to_string();
         ASSERT_EQ(r.cache->state(), CacheState::kSuspended);
         if (snapshot) {
-          ASSERT_EQ(m->debug_snapshot(), before) << where << " op " << n.ops;
+          ASSERT_EQ(testing::debug_snapshot(*m), before) << where << " op " << n.ops;
         }
         if (dice < 30) {  // give up on it sometimes, as a scheduler under pressure would
           ASSERT_TRUE(r.cache->close().is_ok());
@@ -91,13 +91,13 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
       const uint64_t chunk = 1 + rng() % (rng() % 4 == 0 ? 200 : 8);
       const uint64_t upto = std::min(total, r.fake.computed + chunk);
       const bool snapshot = rng() % 8 == 0;
-      const std::string before = snapshot ? m->debug_snapshot() : "";
+      const std::string before = snapshot ? testing::debug_snapshot(*m) : "";
       const Status s = r.cache->resize(upto, r.fake.computed);
       if (!s.is_ok()) {
         ++n.failed_resizes;
         ASSERT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
         if (snapshot) {
-          ASSERT_EQ(m->debug_snapshot(), before) << where << " op " << n.ops;
+          ASSERT_EQ(testing::debug_snapshot(*m), before) << where << " op " << n.ops;
         }
         r.slots_at_suspend = slots_of(*r.cache);
         ASSERT_TRUE(r.cache->suspend().is_ok());
@@ -122,7 +122,7 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
       r = Request{};
       ++n.closes;
     }
-    const std::string err = m->check_invariants();
+    const std::string err = testing::check_invariants(*m);
     ASSERT_EQ(err, "") << where << " op " << n.ops;
   }
   for (Request& r : requests) {
@@ -130,7 +130,7 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
       ASSERT_TRUE(r.cache->close().is_ok());
     }
   }
-  ASSERT_EQ(m->check_invariants(), "");
+  ASSERT_EQ(testing::check_invariants(*m), "");
   const StorageStats stats = m->storage_stats();
   for (const TierStorage& t : stats.tiers) {
     for (const PoolGroupStorage& pg : t.pool_groups) ASSERT_EQ(pg.free_slots, pg.total_slots);

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "hybridkv/hybrid.h"
+#include "hybridkv/testing/inspect.h"
 #include "lifecycle_fixture.h"
 
 namespace hybridkv {
@@ -366,7 +367,7 @@ std::vector<Outcome> run_together(uint64_t seed, const Weights& w, uint64_t* sus
       EXPECT_OK(h->suspend(r));
       ++*suspends;
     }
-    EXPECT_EQ(h->manager().check_invariants(), "");
+    EXPECT_EQ(testing::check_invariants(h->manager()), "");
   }
   std::vector<Outcome> result;
   for (size_t r = 0; r < qs.size(); ++r) result.push_back(out[r]);

@@ -43,7 +43,7 @@ uint64_t slot_digest(const KvCacheManager& m, TierKind tier, PoolGroupId pg, uin
 
 TEST_F(Reuse, ReusedPrefixHoldsWhatComputingWouldHaveWritten) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 300);
   Request a = make_request(*m, tokens, 200);
   EXPECT_EQ(a.cache->reuse_match().reused_tokens, 0u);
@@ -70,12 +70,12 @@ TEST_F(Reuse, ReusedPrefixHoldsWhatComputingWouldHaveWritten) {
   EXPECT_EQ(c.cache->reuse_match().reused_tokens, 0u);
   ASSERT_OK(c.cache->resume({}));
   ASSERT_OK(advance(engine, c, 300));
-  EXPECT_EQ(m->check_invariants(), "");
+  EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
 TEST_F(Reuse, SharedPagesNeverChangeWhileShared) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 400);
   Request a = make_request(*m, tokens, 160);
   ASSERT_OK(resume_compute_commit(engine, a, 160));
@@ -98,7 +98,7 @@ TEST_F(Reuse, SharedPagesNeverChangeWhileShared) {
 
 TEST_F(Reuse, MultiTurnReusesUpToEachSnapshot) {
   auto m = make_manager(LifecycleModel{});  // tokens_per_block 16, commit_min_snapshot
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> conversation = random_tokens(rng_, 40);
   const std::pair<size_t, uint64_t> turns[] = {{10, 0}, {20, 10}, {25, 20}};
   for (const auto& [length, expected] : turns) {
@@ -112,7 +112,7 @@ TEST_F(Reuse, MultiTurnReusesUpToEachSnapshot) {
     ASSERT_OK(r.cache->resize(length, length));
     ASSERT_OK(commit_computed(r, /*is_end=*/true));
     ASSERT_OK(r.cache->close());
-    EXPECT_EQ(m->check_invariants(), "");
+    EXPECT_EQ(testing::check_invariants(*m), "");
   }
   // The 10-token partial block keeps its snapshot after turn 2 filled block 0.
   std::vector<int32_t> eleven(conversation.begin(), conversation.begin() + 11);
@@ -129,7 +129,7 @@ TEST_F(Reuse, ForkReusesOnlySnapshotsAtOrBeforeItsDivergence) {
   LifecycleModel model;
   model.partial_reuse = true;
   auto m = make_manager(model);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> trunk = random_tokens(rng_, 100);
   Request a = make_request(*m, trunk, 64);
   ASSERT_OK(a.cache->resume({}));
@@ -152,14 +152,14 @@ TEST_F(Reuse, ForkReusesOnlySnapshotsAtOrBeforeItsDivergence) {
   // Without partial reuse the divergence stops at the last full block.
   ASSERT_OK(b.cache->close());
   ASSERT_OK(a.cache->close());
-  EXPECT_EQ(m->check_invariants(), "");
+  EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
 TEST_F(Reuse, BackoffTrimsTheMatch) {
   LifecycleModel model;
   model.backoff = 20;
   auto m = make_manager(model);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
   ASSERT_OK(a.cache->resume({}));
@@ -176,7 +176,7 @@ TEST_F(Reuse, BackoffTrimsTheMatch) {
 
 TEST_F(Reuse, ScopesNeverShareAndKeysDoNotDependOnTheContainer) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 50);
   Request a = make_request(*m, tokens, 48, 1, ReuseScope{1, 2});
   ASSERT_OK(resume_compute_commit(engine, a, 48));
@@ -205,7 +205,7 @@ TEST_F(Reuse, ScopesNeverShareAndKeysDoNotDependOnTheContainer) {
 
 TEST_F(Reuse, MultimodalItemsMustMatchToShare) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 50);
   CacheOptions o;
   o.input_tokens = tokens;
@@ -227,7 +227,7 @@ TEST_F(Reuse, MultimodalItemsMustMatchToShare) {
 
 TEST_F(Reuse, DuplicateBlocksAreAdoptedAndOwnPagesFreed) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 200);
   Request a = make_request(*m, tokens, 160);
   Request b = make_request(*m, tokens, 160);  // created before A commits: nothing to reuse
@@ -245,14 +245,14 @@ TEST_F(Reuse, DuplicateBlocksAreAdoptedAndOwnPagesFreed) {
   EXPECT_TRUE(std::equal(ta->begin(), ta->end(), tb->begin(), tb->end()));
   ASSERT_OK(engine.verify(*b.cache, b.fake));
   ASSERT_OK(advance(engine, b, 200));
-  EXPECT_EQ(m->check_invariants(), "");
+  EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
 TEST_F(Reuse, OptionalGroupsAreChosenAtTheFirstResume) {
   LifecycleModel model;
   model.optional_attention = true;
   auto m = make_manager(model);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const CacheGroupId optional(3);  // after full attention REQUIRED, before the window
   ASSERT_EQ(m->plan().cache_group(optional).policy, ReusePolicy::kOptional);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
@@ -266,12 +266,12 @@ TEST_F(Reuse, OptionalGroupsAreChosenAtTheFirstResume) {
   EXPECT_EQ(match.groups[optional.value].endpoint, 64u);
   EXPECT_TRUE(match.groups[optional.value].complete);
   // An invalid choice is an error and the cache stays SUSPENDED with nothing changed.
-  const std::string before = m->debug_snapshot();
+  const std::string before = testing::debug_snapshot(*m);
   const Status bad = b.cache->resume({}, {kFull});
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("only OPTIONAL groups can be selected"), std::string::npos);
   EXPECT_EQ(b.cache->state(), CacheState::kSuspended);
-  EXPECT_EQ(m->debug_snapshot(), before);
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
   // Selected: the OPTIONAL group uses the matched pages.
   ASSERT_OK(b.cache->resume({}, {optional}));
   ASSERT_OK(engine.verify(*b.cache, b.fake));
@@ -288,14 +288,14 @@ TEST_F(Reuse, OptionalGroupsAreChosenAtTheFirstResume) {
   ASSERT_OK(engine.recompute_group(*c.cache, c.fake, optional));
   ASSERT_OK(engine.verify(*c.cache, c.fake));
   EXPECT_EQ(m->reuse_stats().groups[optional.value].lookups, 1u);
-  EXPECT_EQ(m->check_invariants(), "");
+  EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
 TEST_F(Reuse, TreePagesEvictedToHostComeBackOnAHit) {
   LifecycleModel model;
   model.record_events = true;
   auto m = make_manager(model);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 200);
   Request a = make_request(*m, tokens, 160);
   ASSERT_OK(resume_compute_commit(engine, a, 160));
@@ -324,7 +324,7 @@ TEST_F(Reuse, DroppedPagesLeaveTheTreeAndEventsSayWhat) {
   model.record_events = true;
   model.host_quota = 0;  // the GPU is the last tier: evicted tree pages are dropped
   auto m = make_manager(model);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 200);
   Request a = make_request(*m, tokens, 160);
   ASSERT_OK(resume_compute_commit(engine, a, 160));
@@ -345,12 +345,12 @@ TEST_F(Reuse, DroppedPagesLeaveTheTreeAndEventsSayWhat) {
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events[0].kind, CacheEventKind::kRemoved);
   EXPECT_LT(m->probe_reuse({}, tokens).reused_tokens, 160u);
-  EXPECT_EQ(m->check_invariants(), "");
+  EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
 TEST_F(Reuse, ClearReusableBlocksEmptiesTheTree) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
   ASSERT_OK(resume_compute_commit(engine, a, 64));
@@ -358,12 +358,12 @@ TEST_F(Reuse, ClearReusableBlocksEmptiesTheTree) {
   m->clear_reusable_blocks();
   EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 0u);
   ASSERT_OK(engine.verify(*a.cache, a.fake));  // A keeps its pages
-  EXPECT_EQ(m->check_invariants(), "");
+  EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
 TEST_F(Reuse, PlannedDropsAreCountedPerEndpoint) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
   Request b = make_request(*m, tokens, 64);
@@ -379,12 +379,12 @@ TEST_F(Reuse, PlannedDropsAreCountedPerEndpoint) {
   EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 64u);  // B's plan still targets it
   ASSERT_OK(b.cache->close());                               // close runs B's plan
   EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 0u);   // the snapshot at 64 is gone
-  EXPECT_EQ(m->check_invariants(), "");
+  EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
 TEST_F(Reuse, CommitRules) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
   ASSERT_OK(a.cache->resume({}));
@@ -403,11 +403,11 @@ TEST_F(Reuse, CommitRules) {
 
 TEST_F(Reuse, ProbesRunFromSeveralThreadsWithoutSideEffects) {
   auto m = make_manager(LifecycleModel{});
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 300);
   Request a = make_request(*m, tokens, 256);
   ASSERT_OK(resume_compute_commit(engine, a, 256));
-  const std::string before = m->debug_snapshot();
+  const std::string before = testing::debug_snapshot(*m);
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -419,14 +419,14 @@ TEST_F(Reuse, ProbesRunFromSeveralThreadsWithoutSideEffects) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(wrong, 0);
-  EXPECT_EQ(m->debug_snapshot(), before);
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
 }
 
 TEST_F(Reuse, NoBlockReuseMeansNoTree) {
   LifecycleModel model;
   model.block_reuse = false;
   auto m = make_manager(model);
-  verify::FakeEngine engine(*m);
+  testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
   ASSERT_OK(resume_compute_commit(engine, a, 64));

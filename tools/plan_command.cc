@@ -6,8 +6,8 @@
 #include "hybridkv/hybrid.h"
 #include "hybridkv/model.h"
 #include "hybridkv/plan.h"
+#include "hybridkv/units.h"
 #include "plan_report.h"
-#include "util/units.h"
 
 namespace hybridkv::tools {
 namespace {

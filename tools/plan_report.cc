@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "util/units.h"
+#include "hybridkv/units.h"
 
 namespace hybridkv::tools {
 namespace {

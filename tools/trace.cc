@@ -1,6 +1,6 @@
 #include "trace.h"
 
-#include "util/mix.h"
+#include "hybridkv/testing/mix.h"
 
 #include <fstream>
 #include <map>

@@ -19,12 +19,14 @@
 //
 // Thread-safety: every method takes the manager's mutex; one cache is driven by one thread at a
 // time (the spans returned stay valid until the next call on this cache).
+// Lifetime: a cache may outlive its KvCacheManager; the pools stay until the last cache is gone.
 // Cost: resize() is O(blocks added or released + groups); resume() O(pages of the cache).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "hybridkv/config.h"
@@ -103,8 +105,11 @@ class KvCache {
 
  private:
   friend class KvCacheManager;
-  KvCache(cache_detail::ManagerCore* core, uint32_t id) : core_(core), id_(id) {}
-  cache_detail::ManagerCore* core_;
+  KvCache(std::shared_ptr<cache_detail::ManagerCore> core, uint32_t id)
+      : core_(std::move(core)), id_(id) {}
+  // Shared with the manager: a cache that outlives its KvCacheManager keeps the pools alive
+  // and stays usable until it is destroyed.
+  std::shared_ptr<cache_detail::ManagerCore> core_;
   uint32_t id_;
 };
 

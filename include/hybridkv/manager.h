@@ -2,8 +2,9 @@
 // and creates the per-request KvCaches.
 //
 // Thread-safety: every mutation (create, and every KvCache call) is serialized behind one
-// mutex; statistics and checks take it too. shutdown() is refused while caches are open; the
-// manager must outlive its caches.
+// mutex; reads (statistics, probes, block tables) take it shared. shutdown() is refused while
+// caches are open. Caches may outlive the manager: they share its state, which is freed with
+// the last of them.
 // Cost: construction allocates every pool of every tier (host backend: zero-filled memory).
 #pragma once
 
@@ -22,6 +23,10 @@
 #include "hybridkv/stats.h"
 
 namespace hybridkv {
+
+namespace testing {
+class ManagerInspector;
+}
 
 struct CacheOptions {
   ReuseScope scope;
@@ -67,27 +72,11 @@ class KvCacheManager {
   // Address of slot `slot` of pool `pool` of a pool group on a tier (nullptr: none backend).
   std::byte* slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool,
                           uint32_t slot) const;
-  // Host backend test hook: a closed gate holds every copy until opened.
-  void set_copy_gate(bool open);
-
-  // Debug and tests: every invariant of slots, pages, queues and caches; empty when all hold.
-  std::string check_invariants() const;
-  // Debug and tests: the whole metadata state, for before/after equality.
-  std::string debug_snapshot() const;
-  // Debug and tests: every page in the prefix tree, where it is.
-  struct TreePage {
-    BlockKey key{};
-    CacheGroupId group;
-    TierKind tier = TierKind::kGpu;
-    PoolGroupId pool_group;
-    uint32_t slot = 0;
-    uint32_t coverage = 0;
-  };
-  std::vector<TreePage> debug_tree_pages() const;
 
  private:
-  explicit KvCacheManager(std::unique_ptr<cache_detail::ManagerCore> core);
-  std::unique_ptr<cache_detail::ManagerCore> core_;
+  friend class testing::ManagerInspector;  // the hybridkv_testing library's checks
+  explicit KvCacheManager(std::shared_ptr<cache_detail::ManagerCore> core);
+  std::shared_ptr<cache_detail::ManagerCore> core_;
 };
 
 }  // namespace hybridkv

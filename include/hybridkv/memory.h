@@ -32,9 +32,6 @@ struct Stream {
 
 struct BackendOptions {
   BackendKind kind = BackendKind::kHost;
-  // Host backend only, for tests: copies wait at a gate that starts closed, so that a test can
-  // prove nothing reads a page before its copy completed (see KvCacheManager::open_copy_gate).
-  bool start_with_copy_gate_closed = false;
 };
 
 }  // namespace hybridkv

@@ -72,6 +72,20 @@ struct CacheGroup {
   // Slots one request needs at worst (unscaled): 1 for full attention and SSM; for a window of
   // w tokens the most blocks w + 1 consecutive tokens touch (ceil(w / tpb) + 1) plus sinks.
   uint64_t one_request_slots = 0;
+
+  // The first block that a step computing tokens from `history` on reads: for a window of w
+  // tokens, the block of token history - w (0 before that, and 0 without a window). Sink blocks
+  // below it are live as well. The one home of the window rule (DESIGN §3.4).
+  uint64_t first_live_token(uint64_t history) const {
+    return window && history > *window ? history - *window : 0;
+  }
+  uint64_t first_live_block(uint64_t history, uint32_t tokens_per_block) const {
+    return first_live_token(history) / tokens_per_block;
+  }
+  // Is `block` read by a step from `history` on (ignoring capacity)?
+  bool block_live(uint64_t block, uint64_t history, uint32_t tokens_per_block) const {
+    return block >= first_live_block(history, tokens_per_block) || block < sink_blocks;
+  }
 };
 
 struct Pool {

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "hybridkv/hybrid.h"
-#include "util/units.h"
+#include "hybridkv/units.h"
 
 namespace hybridkv {
 

@@ -33,7 +33,6 @@ namespace {
 // Metadata only: copies complete at once.
 class NoneBackend final : public MemoryBackend {
  public:
-  BackendKind kind() const override { return BackendKind::kNone; }
   Status allocate(const StoragePlan&) override { return Status::ok(); }
   std::byte* pool_base(TierKind, PoolGroupId, uint32_t) const override { return nullptr; }
   CopyEvent submit(std::vector<SlotCopy> batch) override {
@@ -41,7 +40,6 @@ class NoneBackend final : public MemoryBackend {
     return {++ticket_};
   }
   void wait(CopyEvent) override {}
-  bool is_complete(CopyEvent) const override { return true; }
 
  private:
   uint64_t ticket_ = 0;
@@ -51,7 +49,7 @@ class NoneBackend final : public MemoryBackend {
 // missing wait shows up as a wrong byte in CPU tests.
 class HostBackend final : public MemoryBackend {
  public:
-  explicit HostBackend(bool gate_closed) : gate_open_(!gate_closed) {
+  HostBackend() {
     worker_ = std::thread([this] { run(); });
   }
   ~HostBackend() override {
@@ -63,8 +61,6 @@ class HostBackend final : public MemoryBackend {
     cv_.notify_all();
     worker_.join();
   }
-
-  BackendKind kind() const override { return BackendKind::kHost; }
 
   Status allocate(const StoragePlan& plan) override {
     for (const TierPlan& tier : plan.tiers()) {
@@ -110,11 +106,6 @@ class HostBackend final : public MemoryBackend {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t ticket = std::min(event.ticket, submitted_);  // a future ticket: all so far
     done_cv_.wait(lock, [&] { return completed_ >= ticket; });
-  }
-
-  bool is_complete(CopyEvent event) const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return completed_ >= event.ticket;
   }
 
   void set_copy_gate(bool open) override {
@@ -176,7 +167,7 @@ class HostBackend final : public MemoryBackend {
   std::deque<Batch> queue_;
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
-  bool gate_open_;
+  bool gate_open_ = true;
   bool stopping_ = false;
   std::thread worker_;
 };
@@ -188,7 +179,7 @@ Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& option
     case BackendKind::kNone:
       return std::unique_ptr<MemoryBackend>(new NoneBackend());
     case BackendKind::kHost:
-      return std::unique_ptr<MemoryBackend>(new HostBackend(options.start_with_copy_gate_closed));
+      return std::unique_ptr<MemoryBackend>(new HostBackend());
     case BackendKind::kCuda:
       return Status::invalid("backend 'cuda' is not built into this library yet");
   }

@@ -7,7 +7,7 @@
 // what an earlier one wrote needs no extra ordering. CPU code that touches a slot waits for the
 // slot's last event first.
 //
-// Thread-safety: submit/wait/is_complete may be called from any thread; allocate once, first.
+// Thread-safety: submit/wait may be called from any thread; allocate once, first.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +30,6 @@ struct SlotCopy {
 class MemoryBackend {
  public:
   virtual ~MemoryBackend() = default;
-  virtual BackendKind kind() const = 0;
   // Allocates every pool of every tier of the plan.
   virtual Status allocate(const StoragePlan& plan) = 0;
   // Base address of a pool on a tier; nullptr for the none backend.
@@ -39,8 +38,7 @@ class MemoryBackend {
   virtual CopyEvent submit(std::vector<SlotCopy> batch) = 0;
   // Blocks until `event` is complete.
   virtual void wait(CopyEvent event) = 0;
-  virtual bool is_complete(CopyEvent event) const = 0;
-  // Test hook (host backend): a closed gate holds every copy until opened.
+  // For hybridkv_testing (host backend): a closed gate holds every copy until opened.
   virtual void set_copy_gate(bool open) { (void)open; }
 };
 

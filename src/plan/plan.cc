@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "hybridkv/units.h"
 #include "plan/plan_internal.h"
-#include "util/units.h"
 
 namespace hybridkv {
 

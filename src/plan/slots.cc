@@ -73,9 +73,8 @@ uint64_t batch_demand(const ManagerConfig& config, const CacheGroup& group,
   for (const RequestShape& r : batch.requests) {
     // A step computing tokens [history, capacity) reads, for a window w, tokens from
     // history - w on; full attention reads everything.
-    const uint64_t begin =
-        group.window ? (r.history > *group.window ? r.history - *group.window : 0) : 0;
-    total += window_blocks(begin, r.capacity, tpb, group.sink_blocks, &shared, shared_blocks);
+    total += window_blocks(group.first_live_token(r.history), r.capacity, tpb, group.sink_blocks,
+                           &shared, shared_blocks);
   }
   return total + static_cast<uint64_t>(std::count(shared.begin(), shared.end(), true));
 }

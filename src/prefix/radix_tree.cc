@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "util/check.h"
+#include "util/dense_table.h"
 
 namespace hybridkv::prefix {
 
@@ -64,34 +65,26 @@ NodeId RadixTree::root(const BlockKey& key) {
   NodeId id = find(key);
   if (id != kNoNode) return id;
   id = add(kNoNode, key, {}, true);
-  nodes_[id].pins = 1;  // roots live forever
+  node(id).pins = 1;  // roots live forever
   return id;
 }
 
 NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_t> tokens,
                       bool full) {
   HKV_CHECK(find(key) == kNoNode, "tree key added twice");
-  NodeId id;
-  if (!free_.empty()) {
-    id = free_.back();
-    free_.pop_back();
-  } else {
-    id = static_cast<NodeId>(nodes_.size());
-    nodes_.emplace_back();
-    pages_.resize(nodes_.size() * num_groups_);
-  }
-  Node& n = nodes_[id];
-  n = Node{};
+  const NodeId id = take_dense_id(nodes_, free_);
+  if (pages_.size() < nodes_.size() * num_groups_) pages_.resize(nodes_.size() * num_groups_);
+  Node& n = node(id);
   n.key = key;
   n.parent = parent;
-  n.start = parent == kNoNode ? 0 : nodes_[parent].end();
+  n.start = parent == kNoNode ? 0 : node(parent).end();
   n.tokens.assign(tokens.begin(), tokens.end());
   n.full = full;
   n.live = true;
   for (NodePage& p : pages(id)) p = NodePage{};
   if (parent != kNoNode) {
-    HKV_CHECK(nodes_[parent].full, "a partial block cannot have children");
-    nodes_[parent].children.push_back(id);
+    HKV_CHECK(node(parent).full, "a partial block cannot have children");
+    node(parent).children.push_back(id);
   }
   index_.insert(key, id);
   return id;
@@ -99,11 +92,11 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
 
 void RadixTree::prune(NodeId id) {
   while (id != kNoNode) {
-    Node& n = nodes_[id];
+    Node& n = node(id);
     if (!n.live || !empty(id) || !n.children.empty() || n.pins > 0) return;
     const NodeId parent = n.parent;
     if (parent != kNoNode) {
-      std::vector<NodeId>& kids = nodes_[parent].children;
+      std::vector<NodeId>& kids = node(parent).children;
       kids.erase(std::find(kids.begin(), kids.end(), id));
     }
     index_.erase(n.key);

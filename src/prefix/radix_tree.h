@@ -12,13 +12,15 @@
 #include <span>
 #include <vector>
 
+#include "hybridkv/ids.h"
 #include "prefix/block_hash.h"
 #include "storage/page.h"
 
 namespace hybridkv::prefix {
 
-using NodeId = uint32_t;
-inline constexpr NodeId kNoNode = UINT32_MAX;
+struct NodeTag {};
+using NodeId = StrongId<NodeTag>;  // a tree block
+inline constexpr NodeId kNoNode{};
 
 struct NodePage {
   storage::PageId page = storage::kNoPage;
@@ -77,14 +79,14 @@ class RadixTree {
   // Removes `id` and then its ancestors while they are empty, childless and unpinned.
   void prune(NodeId id);
 
-  Node& node(NodeId id) { return nodes_[id]; }
-  const Node& node(NodeId id) const { return nodes_[id]; }
+  Node& node(NodeId id) { return nodes_[id.value]; }
+  const Node& node(NodeId id) const { return nodes_[id.value]; }
   // The node's page per cache group (kept in one flat array, for locality).
   std::span<NodePage> pages(NodeId id) {
-    return std::span<NodePage>(pages_).subspan(id * num_groups_, num_groups_);
+    return std::span<NodePage>(pages_).subspan(id.value * num_groups_, num_groups_);
   }
   std::span<const NodePage> pages(NodeId id) const {
-    return std::span<const NodePage>(pages_).subspan(id * num_groups_, num_groups_);
+    return std::span<const NodePage>(pages_).subspan(id.value * num_groups_, num_groups_);
   }
   bool empty(NodeId id) const;
   size_t capacity() const { return nodes_.size(); }
@@ -95,6 +97,14 @@ class RadixTree {
   std::vector<Node> nodes_;
   std::vector<NodePage> pages_;  // num_groups_ per node
   std::vector<NodeId> free_;
+  // Every live node of the tree in id order (for checks and dumps).
+ public:
+  template <typename Fn>
+  void for_each_node(Fn&& fn) const {
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].live) fn(NodeId(i), nodes_[i]);
+    }
+  }
   KeyIndex index_;
 };
 

@@ -5,14 +5,14 @@
 namespace hybridkv::storage {
 
 void EvictionQueue::push_back(PageId id) {
-  Page& p = (*pages_)[id];
-  HKV_CHECK(p.queue == QueueKind::kNone, "page %u already queued", id);
+  Page& p = at(id);
+  HKV_CHECK(p.queue == QueueKind::kNone, "page %u already queued", id.value);
   Bucket& b = buckets_[p.priority];
   p.queue = kind_;
   p.prev = b.tail;
   p.next = kNoPage;
   if (b.tail != kNoPage)
-    (*pages_)[b.tail].next = id;
+    at(b.tail).next = id;
   else
     b.head = id;
   b.tail = id;
@@ -20,17 +20,17 @@ void EvictionQueue::push_back(PageId id) {
 }
 
 void EvictionQueue::remove(PageId id) {
-  Page& p = (*pages_)[id];
-  HKV_CHECK(p.queue == kind_, "page %u is not in this queue", id);
+  Page& p = at(id);
+  HKV_CHECK(p.queue == kind_, "page %u is not in this queue", id.value);
   auto it = buckets_.find(p.priority);
-  HKV_CHECK(it != buckets_.end(), "page %u: no bucket for priority %d", id, p.priority);
+  HKV_CHECK(it != buckets_.end(), "page %u: no bucket for priority %d", id.value, p.priority);
   Bucket& b = it->second;
   if (p.prev != kNoPage)
-    (*pages_)[p.prev].next = p.next;
+    at(p.prev).next = p.next;
   else
     b.head = p.next;
   if (p.next != kNoPage)
-    (*pages_)[p.next].prev = p.prev;
+    at(p.next).prev = p.prev;
   else
     b.tail = p.prev;
   if (b.head == kNoPage) buckets_.erase(it);
@@ -46,7 +46,7 @@ PageId EvictionQueue::front() const {
 std::vector<PageId> EvictionQueue::pages_in_order() const {
   std::vector<PageId> out;
   for (const auto& [priority, bucket] : buckets_) {
-    for (PageId id = bucket.head; id != kNoPage; id = (*pages_)[id].next) out.push_back(id);
+    for (PageId id = bucket.head; id != kNoPage; id = at(id).next) out.push_back(id);
   }
   return out;
 }

@@ -2,6 +2,7 @@
 // priority first and least recently used first within a priority. Buckets per priority hold
 // intrusive doubly linked lists threaded through the pages' prev/next fields.
 //
+// Only Storage uses it (it is the only writer of a page's queue links).
 // Cost: push/remove O(log P) for P distinct priorities in use; front O(log P).
 #pragma once
 
@@ -28,9 +29,10 @@ class EvictionQueue {
 
  private:
   struct Bucket {
-    PageId head = kNoPage;
-    PageId tail = kNoPage;
+    PageId head;
+    PageId tail;
   };
+  Page& at(PageId id) const { return (*pages_)[id.value]; }
   std::vector<Page>* pages_;
   QueueKind kind_;
   std::map<int32_t, Bucket> buckets_;

@@ -1,52 +1,67 @@
 // Pages: one page of one cache group on one (tier, slot), in a dense table addressed by PageId.
 //
-// A page's state is derived from its counts, kept here and nowhere else:
-//   active_refs > 0            -> LOCKED    (on GPU, used by ACTIVE caches; never moves)
-//   else suspended_refs > 0    -> HELD      (may be demoted to a colder tier, never dropped)
-//   else in_tree               -> DROPPABLE (owned only by its eviction queue)
-//   else                       -> the page is released and its id recycled.
+// A page's state is derived from its counts; Storage is the only writer of the counts, the owner
+// tag and the queue links (everyone else reads a const Page):
+//   active_refs > 0              -> LOCKED    (on GPU, used by ACTIVE caches; never moves)
+//   else suspended_refs > 0      -> HELD      (may be demoted to a colder tier, never dropped)
+//   else owner != kNoOwner       -> DROPPABLE (kept for its owner, the prefix index; evictable)
+//   else                         -> the page is released and its id recycled.
 // HELD and DROPPABLE pages sit in exactly one eviction queue (unless pinned by an operation in
 // progress); LOCKED pages sit in none.
 #pragma once
 
 #include <cstdint>
 
+#include "hybridkv/ids.h"
 #include "hybridkv/memory.h"
 #include "hybridkv/plan.h"
 
 namespace hybridkv::storage {
 
-using PageId = uint32_t;
-inline constexpr PageId kNoPage = UINT32_MAX;
+struct PageTag {};
+struct SlotTag {};
+struct TierTag {};
+using PageId = StrongId<PageTag>;     // a page of the page table
+using SlotId = StrongId<SlotTag>;     // a slot of one (tier, pool group)
+using TierIndex = StrongId<TierTag>;  // a tier by position in the plan (GPU first)
+inline constexpr PageId kNoPage{};
+inline constexpr TierIndex kGpuTier{0};  // the plan always lists the GPU tier first
+
+// What the owner of a DROPPABLE page (the prefix index) knows it by; opaque to storage.
+using OwnerTag = uint32_t;
+inline constexpr OwnerTag kNoOwner = UINT32_MAX;
 inline constexpr int32_t kDefaultPriority = 35;
 
 enum class PageState : uint8_t { kReleased, kLocked, kHeld, kDroppable };
 enum class QueueKind : uint8_t { kNone, kHeld, kDroppable };
+// The two kinds of reference a cache takes on a page.
+enum class Ref : uint8_t { kActive, kSuspended };
 
 struct Page {
   CacheGroupId group;
   PoolGroupId pool_group;
   TierKind tier = TierKind::kGpu;
-  uint32_t slot = 0;
+  TierIndex tier_index = kGpuTier;
+  SlotId slot;
   uint32_t active_refs = 0;
   uint32_t suspended_refs = 0;
-  bool in_tree = false;
-  uint32_t tree_node = UINT32_MAX;  // the prefix-tree node holding the page (in_tree only)
-  bool pinned = false;              // out of the queues while an operation works on it
-  bool live = false;                // false: the id is on the free list
+  OwnerTag owner = kNoOwner;  // set while the prefix index keeps the page
+  bool pinned = false;        // out of the queues while an operation works on it
+  bool live = false;          // false: the id is on the free list
   int32_t priority = kDefaultPriority;
-  uint64_t lru_tick = 0;  // when the page became evictable
+  uint64_t lru_tick = 0;  // when the page became evictable (queue order within a priority)
   CopyEvent ready;        // last copy that wrote the page's slot
   // Intrusive links of the queue bucket the page is in (QueueKind::kNone: none).
   QueueKind queue = QueueKind::kNone;
-  PageId prev = kNoPage;
-  PageId next = kNoPage;
+  PageId prev;
+  PageId next;
 
+  bool owned() const { return owner != kNoOwner; }
   PageState state() const {
     if (!live) return PageState::kReleased;
     if (active_refs > 0) return PageState::kLocked;
     if (suspended_refs > 0) return PageState::kHeld;
-    if (in_tree) return PageState::kDroppable;
+    if (owned()) return PageState::kDroppable;
     return PageState::kReleased;
   }
 };

@@ -1,10 +1,11 @@
 #include "storage/storage.h"
 
 #include <algorithm>
-#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "util/check.h"
+#include "util/dense_table.h"
 
 namespace hybridkv::storage {
 
@@ -17,7 +18,7 @@ Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
       PoolSlots s(&pages_);
       s.total = t.slots[pg.id.value];
       s.free.reserve(s.total);
-      for (uint64_t i = s.total; i > 0; --i) s.free.push_back(static_cast<uint32_t>(i - 1));
+      for (uint64_t i = s.total; i > 0; --i) s.free.push_back(SlotId(static_cast<uint32_t>(i - 1)));
       s.last_use.assign(s.total, CopyEvent{});
       tier.pools.push_back(std::move(s));
     }
@@ -29,129 +30,189 @@ Exclusions Storage::empty_exclusions() const {
   return Exclusions(tiers_.size(), std::vector<uint64_t>(plan_.pool_groups().size(), 0));
 }
 
-size_t Storage::tier_index(TierKind kind) const {
-  for (size_t i = 0; i < tiers_.size(); ++i) {
-    if (tiers_[i].kind == kind) return i;
-  }
-  HKV_CHECK(false, "tier %s not configured", tier_kind_name(kind));
-  return 0;
+void Storage::exclude(Exclusions& excluded, PageId id) const {
+  const Page& p = page(id);
+  if (p.queue != QueueKind::kNone) ++excluded[p.tier_index.value][p.pool_group.value];
 }
 
-uint64_t Storage::total_slots(size_t tier, PoolGroupId pg) const { return slots(tier, pg).total; }
-uint64_t Storage::free_slots(size_t tier, PoolGroupId pg) const {
+uint64_t Storage::total_slots(TierIndex tier, PoolGroupId pg) const {
+  return slots(tier, pg).total;
+}
+uint64_t Storage::free_slots(TierIndex tier, PoolGroupId pg) const {
   return slots(tier, pg).free.size();
 }
-uint64_t Storage::evictable_slots(size_t tier, PoolGroupId pg) const {
+uint64_t Storage::evictable_slots(TierIndex tier, PoolGroupId pg) const {
   return slots(tier, pg).held.size() + slots(tier, pg).droppable.size();
 }
 
-uint64_t Storage::max_room(size_t tier, PoolGroupId pg, const Exclusions& excluded) const {
+uint64_t Storage::max_room(TierIndex tier, PoolGroupId pg, const Exclusions& excluded) const {
   const PoolSlots& s = slots(tier, pg);
-  const uint64_t held = s.held.size() - std::min<uint64_t>(s.held.size(), excluded[tier][pg.value]);
-  const uint64_t below = tier + 1 < tiers_.size() ? max_room(tier + 1, pg, excluded) : 0;
+  const uint64_t own = excluded[tier.value][pg.value];
+  const uint64_t held = s.held.size() - std::min<uint64_t>(s.held.size(), own);
+  const TierIndex next(tier.value + 1);
+  const uint64_t below = next.value < tiers_.size() ? max_room(next, pg, excluded) : 0;
   return s.free.size() + s.droppable.size() + std::min(held, below);
 }
 
-void Storage::make_room(size_t tier, PoolGroupId pg, uint64_t n) {
+// The cheaper of the two queue fronts: lower priority first, then least recently used.
+PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) const {
+  const PoolSlots& s = slots(tier, pg);
+  const PageId held = room_below ? s.held.front() : kNoPage;
+  const PageId droppable = s.droppable.front();
+  if (held == kNoPage || droppable == kNoPage) return held != kNoPage ? held : droppable;
+  const Page& h = page(held);
+  const Page& d = page(droppable);
+  return std::tie(h.priority, h.lru_tick) < std::tie(d.priority, d.lru_tick) ? held : droppable;
+}
+
+void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
   const Exclusions none = empty_exclusions();
-  PoolSlots& s = slots(tier, pg);
-  while (s.free.size() < n) {
-    const bool last = tier + 1 == tiers_.size();
-    const bool room_below = !last && max_room(tier + 1, pg, none) >= 1;
-    PageId held = room_below ? s.held.front() : kNoPage;
-    PageId droppable = s.droppable.front();
-    PageId victim = kNoPage;
-    if (held != kNoPage && droppable != kNoPage) {
-      const Page& h = pages_[held];
-      const Page& d = pages_[droppable];
-      victim =
-          std::tie(h.priority, h.lru_tick) < std::tie(d.priority, d.lru_tick) ? held : droppable;
-    } else {
-      victim = held != kNoPage ? held : droppable;
-    }
+  const TierIndex next(tier.value + 1);
+  while (slots(tier, pg).free.size() < n) {
+    const bool room_below = next.value < tiers_.size() && max_room(next, pg, none) >= 1;
+    const PageId victim = pick_victim(tier, pg, room_below);
     HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
-              tier_kind_name(tiers_[tier].kind), pg.value, static_cast<unsigned long long>(n));
+              tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
     if (room_below) {
-      make_room(tier + 1, pg, 1);
-      move(victim, tier + 1);
+      make_room(next, pg, 1);
+      move(victim, next);
     } else {
       drop(victim);
     }
   }
 }
 
-uint32_t Storage::take_slot(size_t tier, PoolGroupId pg) {
+SlotId Storage::take_slot(TierIndex tier, PoolGroupId pg) {
   PoolSlots& s = slots(tier, pg);
-  HKV_CHECK(!s.free.empty(), "no free slot on %s pool group %u", tier_kind_name(tiers_[tier].kind),
+  HKV_CHECK(!s.free.empty(), "no free slot on %s pool group %u", tier_kind_name(tier_kind(tier)),
             pg.value);
-  const uint32_t slot = s.free.back();
+  const SlotId slot = s.free.back();
   s.free.pop_back();
   return slot;
 }
 
-void Storage::give_slot(size_t tier, PoolGroupId pg, uint32_t slot, CopyEvent last_use) {
+void Storage::give_slot(TierIndex tier, PoolGroupId pg, SlotId slot, CopyEvent last_use) {
   PoolSlots& s = slots(tier, pg);
-  if (last_use.ticket > s.last_use[slot].ticket) s.last_use[slot] = last_use;
+  if (last_use.ticket > s.last_use[slot.value].ticket) s.last_use[slot.value] = last_use;
   s.free.push_back(slot);
 }
 
-PageId Storage::allocate(CacheGroupId group, size_t tier) {
+PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority) {
   const PoolGroupId pg = plan_.cache_group(group).pool_group;
-  const uint32_t slot = take_slot(tier, pg);
-  PageId id;
-  if (!free_pages_.empty()) {
-    id = free_pages_.back();
-    free_pages_.pop_back();
-  } else {
-    id = static_cast<PageId>(pages_.size());
-    pages_.emplace_back();
-  }
-  Page& p = pages_[id];
-  p = Page{};
+  const SlotId slot = take_slot(tier, pg);
+  const PageId id = take_dense_id(pages_, free_pages_);
+  Page& p = mutable_page(id);
   p.group = group;
   p.pool_group = pg;
-  p.tier = tiers_[tier].kind;
+  p.tier = tier_kind(tier);
+  p.tier_index = tier;
   p.slot = slot;
   p.live = true;
+  p.priority = priority;
   // The new owner writes the slot only after whatever last touched it, including a copy of this
   // operation that reads the slot and is not submitted yet.
-  p.ready = slots(tier, pg).last_use[slot];
+  p.ready = slots(tier, pg).last_use[slot.value];
   for (const SlotRef& s : pending_slots_) {
     if (s.tier == tier && s.pg == pg && s.slot == slot) pending_pages_.push_back(id);
   }
-  ++stats.pages_allocated;
+  ++stats_.pages_allocated;
   return id;
 }
 
-void Storage::move(PageId id, size_t dst_tier) {
-  Page& p = pages_[id];
-  HKV_CHECK(p.state() != PageState::kLocked, "page %u is LOCKED and cannot move", id);
-  const size_t src_tier = tier_index(p.tier);
-  const bool was_queued = p.queue != QueueKind::kNone;
-  if (was_queued) {
-    PoolSlots& s = slots(src_tier, p.pool_group);
-    (p.queue == QueueKind::kHeld ? s.held : s.droppable).remove(id);
+void Storage::add_ref(PageId id, Ref ref) {
+  Page& p = mutable_page(id);
+  HKV_CHECK(p.live, "add_ref on released page %u", id.value);
+  HKV_CHECK(ref != Ref::kActive || p.tier == TierKind::kGpu, "page %u locked off the GPU",
+            id.value);
+  ++(ref == Ref::kActive ? p.active_refs : p.suspended_refs);
+  refresh(id);
+}
+
+void Storage::drop_ref(PageId id, Ref ref) {
+  Page& p = mutable_page(id);
+  uint32_t& count = ref == Ref::kActive ? p.active_refs : p.suspended_refs;
+  HKV_CHECK(p.live && count > 0, "drop_ref on page %u without such a reference", id.value);
+  --count;
+  refresh(id);
+}
+
+void Storage::convert_ref(PageId id, Ref from, Ref to) {
+  Page& p = mutable_page(id);
+  uint32_t& src = from == Ref::kActive ? p.active_refs : p.suspended_refs;
+  HKV_CHECK(p.live && src > 0, "convert_ref on page %u without such a reference", id.value);
+  HKV_CHECK(to != Ref::kActive || p.tier == TierKind::kGpu, "page %u locked off the GPU", id.value);
+  --src;
+  ++(to == Ref::kActive ? p.active_refs : p.suspended_refs);
+  refresh(id);
+}
+
+void Storage::set_owner(PageId id, OwnerTag owner) {
+  Page& p = mutable_page(id);
+  HKV_CHECK(p.live && !p.owned() && owner != kNoOwner, "page %u cannot take owner %u", id.value,
+            owner);
+  p.owner = owner;
+  refresh(id);
+}
+
+void Storage::clear_owner(PageId id) {
+  Page& p = mutable_page(id);
+  HKV_CHECK(p.live && p.owned(), "page %u has no owner to clear", id.value);
+  p.owner = kNoOwner;
+  refresh(id);
+}
+
+void Storage::notify_updated(PageId id) {
+  const Page& p = page(id);
+  if (observer_ != nullptr && p.owned()) observer_->on_page_updated(id, p.owner, p.group);
+}
+
+void Storage::set_priority(PageId id, int32_t priority) {
+  Page& p = mutable_page(id);
+  if (p.priority != priority) {
+    const QueueKind queued = p.queue;
+    if (queued != QueueKind::kNone) dequeue(id);
+    p.priority = priority;
+    if (queued != QueueKind::kNone) {
+      // It joins its new priority's bucket as the most recent entry (keeps buckets in LRU order).
+      p.lru_tick = ++tick_;
+      slots(p.tier_index, p.pool_group).queue(queued).push_back(id);
+    }
   }
-  const uint32_t dst_slot = take_slot(dst_tier, p.pool_group);
-  pending_.push_back({p.pool_group, p.tier, p.slot, tiers_[dst_tier].kind, dst_slot});
+  notify_updated(id);
+}
+
+void Storage::dequeue(PageId id) {
+  const Page& p = page(id);
+  if (p.queue != QueueKind::kNone) slots(p.tier_index, p.pool_group).queue(p.queue).remove(id);
+}
+
+void Storage::move(PageId id, TierIndex dst_tier) {
+  Page& p = mutable_page(id);
+  HKV_CHECK(p.state() != PageState::kLocked, "page %u is LOCKED and cannot move", id.value);
+  const TierIndex src_tier = p.tier_index;
+  const bool was_queued = p.queue != QueueKind::kNone;
+  dequeue(id);
+  const SlotId dst_slot = take_slot(dst_tier, p.pool_group);
+  pending_.push_back({p.pool_group, p.tier, p.slot.value, tier_kind(dst_tier), dst_slot.value});
   const uint64_t bytes = plan_.pool_group(p.pool_group).slot_bytes;
   if (dst_tier < src_tier) {
-    ++stats.pages_onboarded;
-    stats.bytes_onboarded += bytes;
+    ++stats_.pages_onboarded;
+    stats_.bytes_onboarded += bytes;
   } else {
-    ++stats.pages_offloaded;
-    stats.bytes_offloaded += bytes;
+    ++stats_.pages_offloaded;
+    stats_.bytes_offloaded += bytes;
   }
   // The source slot is free once this batch has read it.
   give_slot(src_tier, p.pool_group, p.slot, p.ready);
   pending_slots_.push_back({src_tier, p.pool_group, p.slot});
-  p.tier = tiers_[dst_tier].kind;
+  p.tier = tier_kind(dst_tier);
+  p.tier_index = dst_tier;
   p.slot = dst_slot;
   // The copy must also wait for whoever last used the destination slot: copies run in order.
   pending_pages_.push_back(id);
-  if (on_move) on_move(id);
+  notify_updated(id);
   if (was_queued) {
-    // A moved page keeps its age: it re-enters the colder queue as the most recent entry.
+    // A moved page re-enters the colder tier's queue as its most recent entry.
     p.lru_tick = ++tick_;
     PoolSlots& d = slots(dst_tier, p.pool_group);
     (p.state() == PageState::kHeld ? d.held : d.droppable).push_back(id);
@@ -159,39 +220,32 @@ void Storage::move(PageId id, size_t dst_tier) {
 }
 
 void Storage::copy_page(PageId src, PageId dst) {
-  Page& s = pages_[src];
-  Page& d = pages_[dst];
+  const Page& s = page(src);
+  const Page& d = page(dst);
   HKV_CHECK(s.pool_group == d.pool_group && s.tier == TierKind::kGpu && d.tier == TierKind::kGpu,
-            "copy_page %u -> %u: not two GPU pages of one pool group", src, dst);
-  pending_.push_back({s.pool_group, s.tier, s.slot, d.tier, d.slot});
+            "copy_page %u -> %u: not two GPU pages of one pool group", src.value, dst.value);
+  pending_.push_back({s.pool_group, s.tier, s.slot.value, d.tier, d.slot.value});
   // Both get the batch's event: dst is written by it, src must not be overwritten before it.
   pending_pages_.push_back(dst);
   pending_pages_.push_back(src);
-  ++stats.device_copies;
+  ++stats_.device_copies;
 }
 
 void Storage::pin(PageId id) {
-  Page& p = pages_[id];
-  if (p.queue != QueueKind::kNone) {
-    PoolSlots& s = slots(tier_index(p.tier), p.pool_group);
-    (p.queue == QueueKind::kHeld ? s.held : s.droppable).remove(id);
-  }
-  p.pinned = true;
+  dequeue(id);
+  mutable_page(id).pinned = true;
 }
 
 void Storage::unpin(PageId id) {
-  pages_[id].pinned = false;
+  mutable_page(id).pinned = false;
   refresh(id);
 }
 
 void Storage::refresh(PageId id) {
-  Page& p = pages_[id];
+  Page& p = mutable_page(id);
   const PageState state = p.state();
   if (state == PageState::kReleased) {
-    if (p.queue != QueueKind::kNone) {
-      PoolSlots& s = slots(tier_index(p.tier), p.pool_group);
-      (p.queue == QueueKind::kHeld ? s.held : s.droppable).remove(id);
-    }
+    dequeue(id);
     release(id);
     return;
   }
@@ -199,38 +253,27 @@ void Storage::refresh(PageId id) {
   if (!p.pinned && state == PageState::kHeld) want = QueueKind::kHeld;
   if (!p.pinned && state == PageState::kDroppable) want = QueueKind::kDroppable;
   if (p.queue == want) return;
-  PoolSlots& s = slots(tier_index(p.tier), p.pool_group);
-  if (p.queue != QueueKind::kNone) (p.queue == QueueKind::kHeld ? s.held : s.droppable).remove(id);
+  dequeue(id);
   if (want != QueueKind::kNone) {
     p.lru_tick = ++tick_;
-    (want == QueueKind::kHeld ? s.held : s.droppable).push_back(id);
+    slots(p.tier_index, p.pool_group).queue(want).push_back(id);
   }
 }
 
-void Storage::set_priority(PageId id, int32_t priority) {
-  Page& p = pages_[id];
-  if (p.priority == priority) return;
-  const QueueKind queued = p.queue;
-  PoolSlots& s = slots(tier_index(p.tier), p.pool_group);
-  if (queued != QueueKind::kNone) (queued == QueueKind::kHeld ? s.held : s.droppable).remove(id);
-  p.priority = priority;
-  if (queued != QueueKind::kNone) (queued == QueueKind::kHeld ? s.held : s.droppable).push_back(id);
-}
-
 void Storage::drop(PageId id) {
-  Page& p = pages_[id];
-  HKV_CHECK(p.state() == PageState::kDroppable, "page %u dropped while not DROPPABLE", id);
-  if (on_drop) on_drop(id);
-  ++stats.pages_dropped;
-  p.in_tree = false;
+  Page& p = mutable_page(id);
+  HKV_CHECK(p.state() == PageState::kDroppable, "page %u dropped while not DROPPABLE", id.value);
+  if (observer_ != nullptr) observer_->on_page_dropped(id, p.owner, p.group);
+  ++stats_.pages_dropped;
+  p.owner = kNoOwner;
   refresh(id);
 }
 
 void Storage::release(PageId id) {
-  Page& p = pages_[id];
-  HKV_CHECK(p.live && p.active_refs == 0 && p.suspended_refs == 0 && !p.in_tree,
-            "page %u released while referenced", id);
-  give_slot(tier_index(p.tier), p.pool_group, p.slot, p.ready);
+  Page& p = mutable_page(id);
+  HKV_CHECK(p.live && p.active_refs == 0 && p.suspended_refs == 0 && !p.owned(),
+            "page %u released while referenced", id.value);
+  give_slot(p.tier_index, p.pool_group, p.slot, p.ready);
   p.live = false;
   free_pages_.push_back(id);
 }
@@ -240,109 +283,15 @@ CopyEvent Storage::flush() {
   const CopyEvent event = backend_->submit(std::move(pending_));
   pending_.clear();
   for (PageId id : pending_pages_) {
-    if (pages_[id].live) pages_[id].ready = event;
+    if (page(id).live) mutable_page(id).ready = event;
   }
   for (const SlotRef& s : pending_slots_) {
-    CopyEvent& e = slots(s.tier, s.pg).last_use[s.slot];
+    CopyEvent& e = slots(s.tier, s.pg).last_use[s.slot.value];
     if (event.ticket > e.ticket) e = event;
   }
   pending_pages_.clear();
   pending_slots_.clear();
   return event;
-}
-
-std::byte* Storage::slot_address(TierKind tier, PoolGroupId pg, uint32_t pool,
-                                 uint32_t slot) const {
-  std::byte* base = backend_->pool_base(tier, pg, pool);
-  if (base == nullptr) return nullptr;
-  return base + static_cast<uint64_t>(slot) * plan_.pool_group(pg).pools[pool].slot_bytes;
-}
-
-std::string Storage::check() const {
-  std::ostringstream err;
-  for (size_t t = 0; t < tiers_.size(); ++t) {
-    for (const PoolGroup& pg : plan_.pool_groups()) {
-      const PoolSlots& s = slots(t, pg.id);
-      std::vector<int> owner(s.total, 0);
-      for (uint32_t f : s.free) {
-        if (f >= s.total) return "free slot out of range";
-        if (owner[f]++) return "slot on the free list twice";
-      }
-      uint64_t used = 0;
-      for (PageId id = 0; id < pages_.size(); ++id) {
-        const Page& p = pages_[id];
-        if (!p.live || p.tier != tiers_[t].kind || p.pool_group != pg.id) continue;
-        ++used;
-        if (p.slot >= s.total || owner[p.slot]++) {
-          err << "page " << id << ": slot " << p.slot << " on " << tier_kind_name(p.tier)
-              << " pool group " << pg.id.value << " is not exclusively its own";
-          return err.str();
-        }
-      }
-      if (used + s.free.size() != s.total) {
-        err << tier_kind_name(tiers_[t].kind) << " pool group " << pg.id.value << ": " << used
-            << " used + " << s.free.size() << " free != " << s.total << " slots";
-        return err.str();
-      }
-      for (const EvictionQueue* q : {&s.held, &s.droppable}) {
-        const std::vector<PageId> ids = q->pages_in_order();
-        if (ids.size() != q->size()) return "queue size does not match its lists";
-        for (PageId id : ids) {
-          const Page& p = pages_[id];
-          const PageState want = q == &s.held ? PageState::kHeld : PageState::kDroppable;
-          if (!p.live || p.pinned || p.state() != want || p.tier != tiers_[t].kind) {
-            err << "page " << id << " is in the wrong queue";
-            return err.str();
-          }
-        }
-      }
-    }
-  }
-  for (PageId id = 0; id < pages_.size(); ++id) {
-    const Page& p = pages_[id];
-    if (!p.live) continue;
-    if (p.state() == PageState::kReleased) {
-      err << "page " << id << " is live with no holder";
-      return err.str();
-    }
-    if (p.state() == PageState::kLocked && p.tier != TierKind::kGpu) {
-      err << "page " << id << " is LOCKED on " << tier_kind_name(p.tier);
-      return err.str();
-    }
-    const bool evictable = p.state() == PageState::kHeld || p.state() == PageState::kDroppable;
-    if ((evictable && !p.pinned) != (p.queue != QueueKind::kNone)) {
-      err << "page " << id << " (state " << static_cast<int>(p.state())
-          << ") queue membership is wrong";
-      return err.str();
-    }
-  }
-  return "";
-}
-
-std::string Storage::snapshot() const {
-  std::ostringstream os;
-  for (size_t t = 0; t < tiers_.size(); ++t) {
-    for (const PoolGroup& pg : plan_.pool_groups()) {
-      const PoolSlots& s = slots(t, pg.id);
-      std::vector<uint32_t> free = s.free;
-      std::sort(free.begin(), free.end());
-      os << "tier " << t << " pg " << pg.id.value << " free";
-      for (uint32_t f : free) os << " " << f;
-      os << " held";
-      for (PageId id : s.held.pages_in_order()) os << " " << id;
-      os << " droppable";
-      for (PageId id : s.droppable.pages_in_order()) os << " " << id;
-      os << "\n";
-    }
-  }
-  for (PageId id = 0; id < pages_.size(); ++id) {
-    const Page& p = pages_[id];
-    if (!p.live) continue;
-    os << "page " << id << " g" << p.group.value << " " << tier_kind_name(p.tier) << ":" << p.slot
-       << " a" << p.active_refs << " s" << p.suspended_refs << " t" << p.in_tree << " pr"
-       << p.priority << "\n";
-  }
-  return os.str();
 }
 
 }  // namespace hybridkv::storage

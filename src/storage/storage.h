@@ -1,17 +1,22 @@
 // Storage: the slots of every (tier, pool group), the page table, the eviction queues, and the
-// moves between tiers.
+// moves between tiers. It is the only writer of a page's counts, owner, state and queue position.
 //
-// Making room on tier t evicts from t's queues: a HELD page moves to tier t+1 (making room there
-// first); a DROPPABLE page moves down when t+1 can make room, else (and always on the last tier)
-// it is dropped. Callers first ask max_room() whether an operation can succeed and only then
-// act, so a failed operation changes nothing. Copies are collected and submitted as one batch by
-// flush(); the batch's event becomes the ready event of every page it wrote and the last-use
-// event of every slot it read.
+// Page lifetimes: allocate() gives a page no holder; the caller gives it one at once, either a
+// reference of a cache (add_ref: Ref::kActive = LOCKED, Ref::kSuspended = HELD) or an owner
+// (set_owner: the prefix index keeps it, DROPPABLE once no cache refers to it). A page nobody
+// refers to and nobody owns is released on the spot. Storage knows nothing of what owns a page:
+// it reports drops and tier or priority changes of owned pages through PageObserver.
+//
+// Making room on tier t evicts from t's queues in value order (priority, then LRU): a HELD page
+// moves to tier t+1 (making room there first); a DROPPABLE page moves down when t+1 can make
+// room, else (and always on the last tier) it is dropped. Callers first ask max_room() whether
+// an operation can succeed and only then act, so a failed operation changes nothing. Copies are
+// collected and submitted as one batch by flush(); the batch's event becomes the ready event of
+// every page it wrote and the last-use event of every slot it read.
 //
 // Thread-safety: none; the manager's mutex serializes every call.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +27,16 @@
 
 namespace hybridkv::storage {
 
+// Told about pages that have an owner (the prefix index implements it).
+class PageObserver {
+ public:
+  virtual ~PageObserver() = default;
+  // The page is about to be dropped to make room; the owner forgets it.
+  virtual void on_page_dropped(PageId page, OwnerTag owner, CacheGroupId group) = 0;
+  // The page moved to another tier or its priority was set.
+  virtual void on_page_updated(PageId page, OwnerTag owner, CacheGroupId group) = 0;
+};
+
 // Pages of one operation's own caches that sit in queues, per [tier][pool group]: they will be
 // pinned, so they are no room for it.
 using Exclusions = std::vector<std::vector<uint64_t>>;
@@ -29,52 +44,58 @@ using Exclusions = std::vector<std::vector<uint64_t>>;
 class Storage {
  public:
   Storage(const StoragePlan& plan, memory::MemoryBackend* backend);
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
 
+  void set_observer(PageObserver* observer) { observer_ = observer; }
   const StoragePlan& plan() const { return plan_; }
   size_t num_tiers() const { return tiers_.size(); }
-  TierKind tier_kind(size_t tier) const { return tiers_[tier].kind; }
+  TierKind tier_kind(TierIndex tier) const { return tiers_[tier.value].kind; }
   Exclusions empty_exclusions() const;
+  // Counts a queued page of an operation's own caches as no room for it.
+  void exclude(Exclusions& excluded, PageId id) const;
 
-  uint64_t total_slots(size_t tier, PoolGroupId pg) const;
-  uint64_t free_slots(size_t tier, PoolGroupId pg) const;
-  uint64_t evictable_slots(size_t tier, PoolGroupId pg) const;
+  uint64_t total_slots(TierIndex tier, PoolGroupId pg) const;
+  uint64_t free_slots(TierIndex tier, PoolGroupId pg) const;
+  uint64_t evictable_slots(TierIndex tier, PoolGroupId pg) const;
   // The most free slots that evictions could make on (tier, pg), own pages excluded.
-  uint64_t max_room(size_t tier, PoolGroupId pg, const Exclusions& excluded) const;
+  uint64_t max_room(TierIndex tier, PoolGroupId pg, const Exclusions& excluded) const;
   // Requires: max_room(tier, pg, none) >= n. Evicts until n slots are free.
-  void make_room(size_t tier, PoolGroupId pg, uint64_t n);
+  void make_room(TierIndex tier, PoolGroupId pg, uint64_t n);
 
-  // A fresh page of `group` on `tier`. Requires: a free slot. Refs start at zero; the caller
-  // adds its ref before anything else runs.
-  PageId allocate(CacheGroupId group, size_t tier);
-  // Moves a page to another tier. Requires: a free slot there; the page is not LOCKED.
-  void move(PageId id, size_t dst_tier);
-  // Queues a GPU-to-GPU copy of src's slot into dst's slot (snapshots, partial tails). dst
-  // becomes ready when the copy completes; src may not be overwritten before then.
-  void copy_page(PageId src, PageId dst);
+  // --- page lifetimes ---
+  // A fresh page of `group` on `tier`. Requires: a free slot; the caller calls add_ref or
+  // set_owner on it before any other call.
+  PageId allocate(CacheGroupId group, TierIndex tier, int32_t priority = kDefaultPriority);
+  void add_ref(PageId id, Ref ref);
+  // Releases the page when it was the last holder and nobody owns it.
+  void drop_ref(PageId id, Ref ref);
+  // One reference changes kind (resume: suspended -> active; suspend: the reverse).
+  void convert_ref(PageId id, Ref from, Ref to);
+  // The prefix index keeps the page / lets it go (released when no cache refers to it).
+  void set_owner(PageId id, OwnerTag owner);
+  void clear_owner(PageId id);
+  void set_priority(PageId id, int32_t priority);
   // Takes a page out of its queue while an operation works on it / puts it back.
   void pin(PageId id);
   void unpin(PageId id);
-  // Re-derives queue membership after a ref change; releases a page nobody refers to.
-  void refresh(PageId id);
-  void set_priority(PageId id, int32_t priority);
+
+  // --- bytes ---
+  // Moves a page to another tier. Requires: a free slot there; the page is not LOCKED.
+  void move(PageId id, TierIndex dst_tier);
+  // Queues a GPU-to-GPU copy of src's slot into dst's slot (snapshots, partial tails). dst
+  // becomes ready when the copy completes; src may not be overwritten before then.
+  void copy_page(PageId src, PageId dst);
   // Submits the copies collected since the last flush; returns their event.
   CopyEvent flush();
   void wait(CopyEvent event) { backend_->wait(event); }
 
-  Page& page(PageId id) { return pages_[id]; }
-  const Page& page(PageId id) const { return pages_[id]; }
+  const Page& page(PageId id) const { return pages_[id.value]; }
   size_t page_capacity() const { return pages_.size(); }
-  std::byte* slot_address(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot) const;
-  memory::MemoryBackend& backend() { return *backend_; }
-
-  // Called before a DROPPABLE page is dropped (the prefix tree unlinks its block).
-  std::function<void(PageId)> on_drop;
-  // Called after a page moved to another tier (the prefix tree reports it).
-  std::function<void(PageId)> on_move;
-  IterationStats stats;
+  IterationStats& stats() { return stats_; }
 
   // Slot ownership is exclusive, free lists and pages agree, queues hold exactly the evictable
-  // unpinned pages. Empty string = fine; otherwise the first broken invariant.
+  // unpinned pages in (priority, LRU) order. Empty string = fine; else the first broken one.
   std::string check() const;
   // Every page and slot, for before/after comparisons in tests.
   std::string snapshot() const;
@@ -82,39 +103,50 @@ class Storage {
  private:
   struct PoolSlots {
     uint64_t total = 0;
-    std::vector<uint32_t> free;       // stack; lowest slot on top at start
+    std::vector<SlotId> free;         // stack; lowest slot on top at start
     std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
     EvictionQueue held;
     EvictionQueue droppable;
-    PoolSlots(std::vector<Page>* pages)
+    explicit PoolSlots(std::vector<Page>* pages)
         : held(pages, QueueKind::kHeld), droppable(pages, QueueKind::kDroppable) {}
+    EvictionQueue& queue(QueueKind kind) { return kind == QueueKind::kHeld ? held : droppable; }
   };
   struct Tier {
     TierKind kind;
     std::vector<PoolSlots> pools;  // by pool group id
   };
 
-  PoolSlots& slots(size_t tier, PoolGroupId pg) { return tiers_[tier].pools[pg.value]; }
-  const PoolSlots& slots(size_t tier, PoolGroupId pg) const { return tiers_[tier].pools[pg.value]; }
-  size_t tier_index(TierKind kind) const;
-  uint32_t take_slot(size_t tier, PoolGroupId pg);
-  void give_slot(size_t tier, PoolGroupId pg, uint32_t slot, CopyEvent last_use);
+  Page& mutable_page(PageId id) { return pages_[id.value]; }
+  PoolSlots& slots(TierIndex tier, PoolGroupId pg) { return tiers_[tier.value].pools[pg.value]; }
+  const PoolSlots& slots(TierIndex tier, PoolGroupId pg) const {
+    return tiers_[tier.value].pools[pg.value];
+  }
+  PageId pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) const;
+  SlotId take_slot(TierIndex tier, PoolGroupId pg);
+  void give_slot(TierIndex tier, PoolGroupId pg, SlotId slot, CopyEvent last_use);
+  // Re-derives queue membership after a change; releases a page nobody refers to.
+  void refresh(PageId id);
+  void dequeue(PageId id);
+  void notify_updated(PageId id);
   void drop(PageId id);
   void release(PageId id);
+  std::string check_pool(TierIndex tier, const PoolGroup& pg) const;
 
   StoragePlan plan_;
   memory::MemoryBackend* backend_;
+  PageObserver* observer_ = nullptr;
   std::vector<Tier> tiers_;
   std::vector<Page> pages_;
   std::vector<PageId> free_pages_;
   uint64_t tick_ = 0;
+  IterationStats stats_;
   // Copies since the last flush, with what their event must be recorded on.
   std::vector<memory::SlotCopy> pending_;
   std::vector<PageId> pending_pages_;
   struct SlotRef {
-    size_t tier;
+    TierIndex tier;
     PoolGroupId pg;
-    uint32_t slot;
+    SlotId slot;
   };
   std::vector<SlotRef> pending_slots_;
 };

@@ -1,4 +1,4 @@
-#include "util/units.h"
+#include "hybridkv/units.h"
 
 #include <cctype>
 #include <cmath>

@@ -9,6 +9,7 @@ function(step)
 endfunction()
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
 step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DTOOLS_DIR=${TOOLS_DIR})
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 step(${WORK_DIR}/build/consumer)
+step(${WORK_DIR}/build/consumer_cli plan --model ${MODELS_DIR}/nemotron_h_8b.json)

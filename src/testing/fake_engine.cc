@@ -1,11 +1,11 @@
-#include "verify/fake_engine.h"
+#include "hybridkv/testing/fake_engine.h"
 
-#include "util/mix.h"
+#include "hybridkv/testing/mix.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace hybridkv::verify {
+namespace hybridkv::testing {
 namespace {
 
 uint64_t mix(uint64_t x) { return mix64(x); }
@@ -119,8 +119,7 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
         continue;
       }
       const std::span<const int32_t> table = *cache.block_table(g.id, beam);
-      const uint64_t live_begin =
-          g.window ? (history > *g.window ? history - *g.window : 0) / tpb : 0;
+      const uint64_t live_begin = g.first_live_block(history, tpb);
       for (uint64_t block = 0; block * tpb < computed; ++block) {
         const int32_t slot = table[block];
         if (slot == kBadPageIndex) {
@@ -213,8 +212,7 @@ Status FakeEngine::write(const KvCache& cache, FakeRequest& r, uint64_t from, ui
       }
       const std::span<const int32_t> table = *cache.block_table(g.id, beam);
       const uint64_t history = cache.history();
-      const uint64_t live_begin =
-          g.window ? (history > *g.window ? history - *g.window : 0) / tpb : 0;
+      const uint64_t live_begin = g.first_live_block(history, tpb);
       for (uint64_t p = from; p < upto; ++p) {
         const uint64_t block = p / tpb, j = p % tpb;
         const int32_t slot = table[block];
@@ -237,4 +235,4 @@ Status FakeEngine::write(const KvCache& cache, FakeRequest& r, uint64_t from, ui
   return Status::ok();
 }
 
-}  // namespace hybridkv::verify
+}  // namespace hybridkv::testing

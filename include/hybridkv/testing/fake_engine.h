@@ -15,7 +15,7 @@
 
 #include "hybridkv/manager.h"
 
-namespace hybridkv::verify {
+namespace hybridkv::testing {
 
 struct FakeRequest {
   ReuseScope scope;
@@ -83,4 +83,4 @@ class FakeEngine {
   uint64_t bytes_written_ = 0;
 };
 
-}  // namespace hybridkv::verify
+}  // namespace hybridkv::testing

@@ -1,0 +1,67 @@
+// CacheRecord: what the manager keeps per request (the state machine's data, DESIGN §5).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "hybridkv/kv_cache.h"
+#include "prefix/prefix_index.h"
+#include "storage/page.h"
+
+namespace hybridkv::cache_detail {
+
+using storage::kNoPage;
+using storage::PageId;
+
+struct GroupState {
+  // Attention: pages[block * beam_width + beam]; SSM: pages[beam]. Blocks below the cache's
+  // shared_blocks hold one page in every beam entry. kNoPage: not allocated, or released.
+  std::vector<PageId> pages;
+  std::vector<std::vector<int32_t>> tables;       // per beam: GPU slots (attention groups)
+  std::vector<std::span<int32_t>> index_buffers;  // per beam, caller-owned (may be empty)
+  uint64_t stale_from = 0;  // window groups: blocks below this were released as stale
+  // Reuse: the page in the last block (attention) or the state (SSM) is a tree page that the
+  // first resume copies into a private page before anything writes it.
+  bool copy_pending = false;
+  bool selected = true;  // OPTIONAL groups: chosen at the first resume (others: always)
+};
+
+struct CacheRecord {
+  bool in_use = false;
+  CacheState state = CacheState::kSuspended;
+  uint64_t capacity = 0;
+  uint64_t history = 0;
+  uint32_t beam_width = 1;
+  uint64_t shared_blocks = 0;  // blocks wholly inside the prompt: one page for every beam
+  ReuseScope scope;
+  std::vector<int32_t> tokens;
+  uint64_t attention_blocks = 0;        // blocks of every attention group's pages vector
+  std::vector<GroupState> groups;       // by cache group id
+  std::vector<int32_t> block_priority;  // explicit priorities by block (default elsewhere)
+  CopyEvent ready;
+  // Reuse.
+  std::vector<MultimodalItem> multimodal;
+  ReuseMatch match;  // what create() matched
+  bool first_resume_done = false;
+  bool committing = true;  // until stop_committing() or an is_end commit
+  uint64_t committed = 0;  // tokens published (or reused) so far
+  // Full node the next block hangs under; pinned while set.
+  prefix::NodeId commit_parent = prefix::kNoNode;
+  // Snapshot and window pages this cache plans to release (release_planned_drops runs them).
+  std::vector<std::pair<prefix::NodeId, CacheGroupId>> planned_drops;
+
+  // Distinct pages of an attention block: one shared by every beam inside the prompt's full
+  // blocks (beam search forks after the prompt), one per beam after.
+  uint32_t beams_at(uint64_t block) const { return block < shared_blocks ? 1 : beam_width; }
+  // Entries of an attention block's row that hold beam 0's page.
+  uint32_t entries_of_beam0(uint64_t block) const { return block < shared_blocks ? beam_width : 1; }
+  PageId* row(CacheGroupId group, uint64_t block) {
+    return &groups[group.value].pages[block * beam_width];
+  }
+  bool active() const { return state == CacheState::kActive; }
+  void note_ready(CopyEvent event) {
+    if (event.ticket > ready.ticket) ready = event;
+  }
+};
+
+}  // namespace hybridkv::cache_detail

@@ -1,0 +1,85 @@
+// The invariant checker of the whole manager (DESIGN §9) and the metadata snapshot.
+#include <map>
+#include <sstream>
+
+#include "cache/manager_core.h"
+
+namespace hybridkv::cache_detail {
+
+std::string ManagerCore::check() const {
+  std::shared_lock lock(mu_);
+  return check_locked();
+}
+
+// Storage's and the index's own invariants, then: every page's counts equal the caches that
+// refer to it, active caches sit on the GPU, and block tables agree with the pages.
+std::string ManagerCore::check_locked() const {
+  std::string err = storage_.check();
+  if (err.empty()) err = index_.check();
+  if (!err.empty()) return err;
+  std::map<uint32_t, std::pair<uint32_t, uint32_t>> refs;  // page -> (active, suspended)
+  uint64_t live = 0, active = 0;
+  for (uint32_t id = 0; id < caches_.size(); ++id) {
+    const CacheRecord& rec = caches_[id];
+    if (!rec.in_use || rec.state == CacheState::kClosed) continue;
+    ++live;
+    active += rec.active() ? 1 : 0;
+    for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t block) {
+      const storage::Page& p = storage_.page(pid);
+      if (!p.live || p.group != g.id) err = label(id) + " holds a dead or foreign page";
+      if (rec.active() && p.tier != TierKind::kGpu)
+        err = "active " + label(id) + " has a page off the GPU";
+      auto& r = refs[pid.value];
+      ++(rec.active() ? r.first : r.second);
+      if (!rec.active() || g.kind != GroupKind::kAttention) return;
+      for (uint32_t k = 0; k < rec.beam_width; ++k) {
+        if (rec.groups[g.id.value].pages[block * rec.beam_width + k] == pid &&
+            rec.groups[g.id.value].tables[k][block] != static_cast<int32_t>(p.slot.value)) {
+          err = label(id) + ": block table disagrees with page " + std::to_string(pid.value);
+        }
+      }
+    });
+    if (!err.empty()) return err;
+  }
+  for (uint32_t i = 0; i < storage_.page_capacity(); ++i) {
+    const storage::Page& p = storage_.page(PageId(i));
+    if (!p.live) continue;
+    const auto it = refs.find(i);
+    const uint32_t a = it == refs.end() ? 0 : it->second.first;
+    const uint32_t s = it == refs.end() ? 0 : it->second.second;
+    if (p.active_refs != a || p.suspended_refs != s) {
+      return "page " + std::to_string(i) + " counts (" + std::to_string(p.active_refs) + ", " +
+             std::to_string(p.suspended_refs) + ") != holders (" + std::to_string(a) + ", " +
+             std::to_string(s) + ")";
+    }
+  }
+  if (live != live_caches_ || active != active_caches_) return "live/active cache counters are off";
+  return "";
+}
+
+std::string ManagerCore::snapshot() const {
+  std::shared_lock lock(mu_);
+  std::ostringstream os;
+  os << storage_.snapshot();
+  for (uint32_t id = 0; id < caches_.size(); ++id) {
+    const CacheRecord& rec = caches_[id];
+    if (!rec.in_use) continue;
+    os << label(id) << " " << cache_state_name(rec.state) << " cap " << rec.capacity << " hist "
+       << rec.history << "\n";
+    for (const GroupState& gs : rec.groups) {
+      os << "  pages";
+      for (PageId pid : gs.pages) os << " " << (pid == kNoPage ? -1 : int64_t{pid.value});
+      for (const auto& t : gs.tables) {
+        os << " | table";
+        for (int32_t v : t) os << " " << v;
+      }
+      os << "\n";
+    }
+  }
+  os << "live " << live_caches_ << " active " << active_caches_ << " tree " << index_.tree().size()
+     << "\n";
+  os << index_.snapshot();
+  return os.str();
+}
+
+}  // namespace hybridkv::cache_detail

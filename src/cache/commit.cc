@@ -1,0 +1,213 @@
+// commit: a cache offers its computed blocks to the prefix index (deduplicated there), copies
+// or moves its SSM states into snapshots, and plans snapshot drops.
+#include <algorithm>
+
+#include "cache/manager_core.h"
+
+namespace hybridkv::cache_detail {
+
+using prefix::kNoNode;
+using prefix::NodeId;
+using storage::kGpuTier;
+using storage::Ref;
+
+namespace {
+bool publishable(const CacheGroup& g) { return g.policy != ReusePolicy::kPrivate; }
+}  // namespace
+
+Status ManagerCore::check_commit(uint32_t id, std::span<const int32_t> tokens) const {
+  if (Status s = expect_state(id, CacheState::kActive, "commit"); !s) return s;
+  const CacheRecord& rec = caches_[id];
+  if (!rec.committing) {
+    return Status(StatusCode::kFailedPrecondition, label(id) + ": commit after stop_committing");
+  }
+  const uint64_t c = rec.committed, e = c + tokens.size();
+  if (e > rec.history) {
+    return Status::invalid(label(id) + ": commit of tokens [" + std::to_string(c) + ", " +
+                           std::to_string(e) + ") past history " + std::to_string(rec.history) +
+                           " (only computed tokens can be committed)");
+  }
+  for (uint64_t i = c; i < std::min<uint64_t>(e, rec.tokens.size()); ++i) {
+    if (rec.tokens[i] != tokens[i - c]) {
+      return Status::invalid(label(id) + ": commit token " + std::to_string(i) + " is " +
+                             std::to_string(tokens[i - c]) + " but the request has " +
+                             std::to_string(rec.tokens[i]));
+    }
+  }
+  return Status::ok();
+}
+
+Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is_end) {
+  std::unique_lock lock(mu_);
+  if (Status s = check_commit(id, tokens); !s) return s;
+  CacheRecord& rec = caches_[id];
+  const ManagerConfig& cfg = plan_.config();
+  const uint32_t tpb = cfg.tokens_per_block;
+  if (!cfg.enable_block_reuse || tokens.empty()) {
+    if (is_end) rec.committing = false;
+    return Status::ok();
+  }
+  const uint64_t c = rec.committed, e = c + tokens.size();
+  // What gets published: full blocks completed by this commit; with commit_min_snapshot (or
+  // at the end) the partial tail; an SSM snapshot where the commit ends at history.
+  const bool tail = e % tpb != 0 && (cfg.commit_min_snapshot || is_end);
+  const bool snapshot = e == rec.history && (e % tpb == 0 || tail);
+  // Fresh GPU pages needed for copies (a commit at the end moves instead of copying).
+  std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (is_end || !publishable(g)) continue;
+    if (g.kind == GroupKind::kSsm ? snapshot : tail) need[g.pool_group.value] += 1;
+  }
+  if (Status s = check_room("commit", need, storage_.empty_exclusions()); !s)
+    return Status(s.code(), label(id) + ": " + s.message());
+  if (rec.tokens.size() < e)
+    rec.tokens.insert(rec.tokens.end(),
+                      tokens.begin() + static_cast<int64_t>(rec.tokens.size() - c), tokens.end());
+  make_room(need);
+  if (rec.commit_parent == kNoNode) {
+    rec.commit_parent = index_.root(rec.scope);
+    index_.pin(rec.commit_parent);
+  }
+  for (uint64_t b = c / tpb; (b + 1) * tpb <= e; ++b) commit_full_block(rec, b);
+  const NodeId end_node =
+      tail ? commit_tail(rec, e, is_end) : (e % tpb == 0 ? rec.commit_parent : kNoNode);
+  if (snapshot && end_node != kNoNode && index_.node_tokens(end_node) > 0)
+    commit_snapshots(rec, end_node, is_end);
+  rec.committed = e;
+  rec.note_ready(storage_.flush());
+  if (is_end) (void)stop_committing_locked(id);
+  after_mutation();
+  return Status::ok();
+}
+
+// A full block: offered for every publishable attention group; where the tree already holds an
+// equal page the cache adopts it and frees its own.
+void ManagerCore::commit_full_block(CacheRecord& rec, uint64_t b) {
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const std::span<const int32_t> all(rec.tokens);
+  const NodeId node =
+      index_.block_node(rec.commit_parent, all.subspan(b * tpb, tpb), b * tpb, rec.multimodal,
+                        /*full=*/true);
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (!publishable(g) || g.kind != GroupKind::kAttention || b >= rec.attention_blocks) continue;
+    PageId* row = rec.row(g.id, b);
+    const PageId own = row[0];
+    if (own == kNoPage) continue;  // a released window block
+    const prefix::Offer offer = index_.offer(node, g.id, own, tpb);
+    if (offer.result != prefix::OfferResult::kAdopt) continue;
+    std::fill(row, row + rec.entries_of_beam0(b), offer.tree_page);
+    storage_.add_ref(offer.tree_page, Ref::kActive);
+    storage_.drop_ref(own, Ref::kActive);
+    set_table_entries(rec, g, b, b + 1);
+  }
+  move_commit_parent(rec, node);
+}
+
+void ManagerCore::move_commit_parent(CacheRecord& rec, NodeId next) {
+  index_.pin(next);
+  const NodeId old = rec.commit_parent;
+  rec.commit_parent = next;
+  index_.unpin(old);
+}
+
+// The partial tail block: a leaf of its own, never rebased. Copied (moved with is_end).
+NodeId ManagerCore::commit_tail(CacheRecord& rec, uint64_t end, bool is_end) {
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const uint64_t start = end / tpb * tpb;
+  const uint64_t b = start / tpb;
+  const std::span<const int32_t> all(rec.tokens);
+  const NodeId node = index_.block_node(rec.commit_parent, all.subspan(start, end - start), start,
+                                        rec.multimodal, /*full=*/false);
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (!publishable(g) || g.kind != GroupKind::kAttention) continue;
+    if (b >= rec.attention_blocks || index_.holds(node, g.id)) continue;
+    const PageId own = *rec.row(g.id, b);
+    if (own == kNoPage) continue;
+    PageId page = own;
+    if (!is_end) {
+      page = storage_.allocate(g.id, kGpuTier);
+      storage_.copy_page(own, page);
+    }
+    index_.publish(node, g.id, page, static_cast<uint32_t>(end - start));
+  }
+  return node;
+}
+
+// SSM snapshots at the commit's end: copies, or with is_end the states themselves (the request
+// computes nothing more).
+void ManagerCore::commit_snapshots(CacheRecord& rec, NodeId node, bool is_end) {
+  const uint32_t coverage = index_.node_tokens(node);
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (!publishable(g) || g.kind != GroupKind::kSsm) continue;
+    GroupState& gs = rec.groups[g.id.value];
+    const PageId own = gs.pages[0];
+    if (own == kNoPage || index_.holds(node, g.id)) continue;
+    if (!is_end) {
+      const PageId copy = storage_.allocate(g.id, kGpuTier);
+      storage_.copy_page(own, copy);
+      index_.publish(node, g.id, copy, coverage);
+      continue;
+    }
+    index_.publish(node, g.id, own, coverage);
+    for (PageId& entry : gs.pages) {
+      if (entry == own) entry = kNoPage;
+    }
+    storage_.drop_ref(own, Ref::kActive);
+  }
+}
+
+Status ManagerCore::stop_committing(uint32_t id) {
+  std::unique_lock lock(mu_);
+  const Status s = stop_committing_locked(id);
+  after_mutation();
+  return s;
+}
+
+Status ManagerCore::stop_committing_locked(uint32_t id) {
+  CacheRecord& rec = caches_[id];
+  if (rec.state == CacheState::kClosed) {
+    return Status(StatusCode::kFailedPrecondition,
+                  label(id) + ": stop_committing on a CLOSED cache");
+  }
+  rec.committing = false;
+  if (rec.commit_parent != kNoNode) {
+    const NodeId old = rec.commit_parent;
+    rec.commit_parent = kNoNode;
+    index_.unpin(old);
+  }
+  return Status::ok();
+}
+
+Status ManagerCore::plan_snapshot_drop(uint32_t id) {
+  std::unique_lock lock(mu_);
+  CacheRecord& rec = caches_[id];
+  if (rec.state == CacheState::kClosed) {
+    return Status(StatusCode::kFailedPrecondition,
+                  label(id) + ": plan_snapshot_drop on a CLOSED cache");
+  }
+  // The node ending at the last commit: the commit parent when aligned, else the tail leaf.
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const NodeId node = rec.committed % tpb == 0
+                          ? rec.commit_parent
+                          : index_.partial_child(rec.commit_parent, rec.committed);
+  if (node == kNoNode || index_.node_tokens(node) == 0) {
+    return Status(StatusCode::kNotFound, label(id) + ": no committed snapshot to plan a drop of");
+  }
+  for (CacheGroupId g : index_.plan_drop(node)) rec.planned_drops.push_back({node, g});
+  after_mutation();
+  return Status::ok();
+}
+
+Status ManagerCore::release_planned_drops(uint32_t id) {
+  std::unique_lock lock(mu_);
+  release_planned_drops_locked(caches_[id]);
+  after_mutation();
+  return Status::ok();
+}
+
+void ManagerCore::release_planned_drops_locked(CacheRecord& rec) {
+  for (const auto& [node, group] : rec.planned_drops) index_.release_drop(node, group);
+  rec.planned_drops.clear();
+}
+
+}  // namespace hybridkv::cache_detail

@@ -1,0 +1,94 @@
+// resize: capacity grows or shrinks, history advances, window blocks that no step reads any
+// more are released. O(blocks added or released + groups): a decode step touches no old block.
+#include <algorithm>
+
+#include "cache/manager_core.h"
+#include "util/blocks.h"
+
+namespace hybridkv::cache_detail {
+
+using storage::Ref;
+
+Status ManagerCore::check_index_buffers(uint32_t id, uint64_t capacity) const {
+  const CacheRecord& rec = caches_[id];
+  const uint64_t blocks = blocks_for(capacity, plan_.config().tokens_per_block);
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    const GroupState& gs = rec.groups[g.id.value];
+    for (uint32_t k = 0; k < rec.beam_width; ++k) {
+      const uint64_t room = gs.index_buffers[k].size();
+      const uint64_t want = g.kind == GroupKind::kSsm ? 1 : blocks;
+      if (room != 0 && room < want) {
+        return Status::invalid(label(id) + ": resize: the index buffer of group " +
+                               std::to_string(g.id.value) + " beam " + std::to_string(k) +
+                               " holds " + std::to_string(room) + " entries; capacity " +
+                               std::to_string(capacity) + " needs " + std::to_string(want));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status ManagerCore::resize(uint32_t id, uint64_t capacity, uint64_t history) {
+  std::unique_lock lock(mu_);
+  if (Status s = expect_state(id, CacheState::kActive, "resize"); !s) return s;
+  CacheRecord& rec = caches_[id];
+  if (history > capacity) {
+    return Status::invalid(label(id) + ": resize: history " + std::to_string(history) +
+                           " must be <= capacity " + std::to_string(capacity));
+  }
+  if (history < rec.history) {
+    return Status::invalid(label(id) + ": resize: history " + std::to_string(history) +
+                           " is below the current history " + std::to_string(rec.history) +
+                           " (history only grows)");
+  }
+  if (Status s = check_index_buffers(id, capacity); !s) return s;
+  // Blocks below `have` already hold every page they will ever need (released blocks are never
+  // needed again: history only grows), so a resize looks only at what changes.
+  const uint64_t have = rec.attention_blocks;
+  const std::vector<uint64_t> need = new_pages_needed(rec, capacity, history, have);
+  if (Status s = check_room("resize", need, storage_.empty_exclusions()); !s)
+    return Status(s.code(), label(id) + ": " + s.message());
+  make_room(need);
+  allocate_pages(rec, capacity, history, have);
+  release_stale_and_cut(rec, capacity, history);
+  rec.note_ready(storage_.flush());
+  rec.capacity = capacity;
+  rec.history = history;
+  after_mutation();
+  return Status::ok();
+}
+
+void ManagerCore::release_block(CacheRecord& rec, CacheGroupId group, uint64_t block) {
+  PageId* row = rec.row(group, block);
+  for (uint32_t k = 0; k < rec.beams_at(block); ++k) {
+    if (row[k] != kNoPage) storage_.drop_ref(row[k], Ref::kActive);
+  }
+  std::fill(row, row + rec.beam_width, kNoPage);
+}
+
+void ManagerCore::release_stale_and_cut(CacheRecord& rec, uint64_t capacity, uint64_t history) {
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const uint64_t blocks = blocks_for(capacity, tpb);
+  const uint64_t have = rec.attention_blocks;
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (g.kind == GroupKind::kSsm) continue;
+    GroupState& gs = rec.groups[g.id.value];
+    // Window blocks that no step reads any more.
+    if (g.window) {
+      const uint64_t stale_end = std::min(g.first_live_block(history, tpb), have);
+      for (uint64_t b = std::max<uint64_t>(gs.stale_from, g.sink_blocks); b < stale_end; ++b) {
+        release_block(rec, g.id, b);
+        set_table_entries(rec, g, b, b + 1);
+      }
+      gs.stale_from = std::max(gs.stale_from, stale_end);
+    }
+    // Blocks past a smaller capacity.
+    for (uint64_t b = blocks; b < have; ++b) release_block(rec, g.id, b);
+    gs.pages.resize(blocks * rec.beam_width, kNoPage);
+    for (uint32_t k = 0; k < rec.beam_width; ++k) gs.tables[k].resize(blocks, kBadPageIndex);
+    if (blocks > have) set_table_entries(rec, g, have, blocks);
+  }
+  rec.attention_blocks = blocks;
+}
+
+}  // namespace hybridkv::cache_detail

@@ -1,0 +1,277 @@
+// resume and suspend, and what a prefix match gives a new cache: its shared pages at create,
+// its choice of OPTIONAL groups and private copies of shared tails at the first resume.
+#include <algorithm>
+
+#include "cache/manager_core.h"
+#include "plan/plan_internal.h"
+#include "util/blocks.h"
+
+namespace hybridkv::cache_detail {
+
+using storage::kGpuTier;
+using storage::Ref;
+
+// What a resume needs per GPU pool group.
+struct ManagerCore::ResumeNeeds {
+  std::vector<uint64_t> pages;       // fresh pages and pages to bring to the GPU
+  std::vector<uint64_t> own_queued;  // own GPU pages now evictable that the resume locks
+  storage::Exclusions excluded;      // own queued pages, per tier: no room for the resume
+};
+
+ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool first) const {
+  ResumeNeeds n{new_pages_needed(rec, rec.capacity, rec.history, 0),
+                std::vector<uint64_t>(plan_.pool_groups().size(), 0), storage_.empty_exclusions()};
+  for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t block) {
+    const storage::Page& p = storage_.page(pid);
+    const GroupState& gs = rec.groups[g.id.value];
+    const bool dropped_now = first && !gs.selected;  // replaced by a fresh page
+    // A tree page the first resume copies from is released right after the copy: it needs the
+    // GPU for a moment, but the gate counts what stays locked.
+    const bool copy_source = first && gs.selected && gs.copy_pending &&
+                             (g.kind == GroupKind::kSsm || block + 1 == rec.attention_blocks);
+    if (dropped_now || p.tier != TierKind::kGpu) ++n.pages[p.pool_group.value];
+    storage_.exclude(n.excluded, pid);
+    if (p.queue != storage::QueueKind::kNone && p.tier == TierKind::kGpu && !copy_source)
+      ++n.own_queued[p.pool_group.value];
+  });
+  if (!first) return n;
+  // Private copies of the matched tail block and snapshots.
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    const GroupState& gs = rec.groups[g.id.value];
+    if (!gs.copy_pending || !gs.selected) continue;
+    const bool attention = g.kind == GroupKind::kAttention;
+    const bool shared_tail =
+        attention && rec.attention_blocks > 0 && rec.beams_at(rec.attention_blocks - 1) == 1;
+    n.pages[g.pool_group.value] += shared_tail ? 1 : rec.beam_width;
+  }
+  return n;
+}
+
+// The utilization gate: what would be locked after the resume, per GPU pool group.
+Status ManagerCore::utilization_gate(uint32_t id, const ResumeNeeds& needs) const {
+  const double util = plan_.config().max_util_for_resume;
+  for (const PoolGroup& pg : plan_.pool_groups()) {
+    const uint64_t total = storage_.total_slots(kGpuTier, pg.id);
+    const uint64_t locked =
+        total - storage_.free_slots(kGpuTier, pg.id) - storage_.evictable_slots(kGpuTier, pg.id);
+    const uint64_t after = locked + needs.pages[pg.id.value] + needs.own_queued[pg.id.value];
+    const uint64_t usable = plan_detail::usable_slots(total, util);
+    if (after > usable) {
+      return Status(StatusCode::kRefused,
+                    label(id) + ": resume refused: pool group " + std::to_string(pg.id.value) +
+                        " (GPU) would have " + std::to_string(after) + " of " +
+                        std::to_string(total) + " slots locked, above max_util_for_resume " +
+                        std::to_string(util) + " (" + std::to_string(usable) + " slots)");
+    }
+  }
+  return Status::ok();
+}
+
+Status ManagerCore::resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups) {
+  std::unique_lock lock(mu_);
+  const Status s = resume_locked(id, optional_groups);
+  if (s.code() == StatusCode::kRefused || s.code() == StatusCode::kOutOfPages)
+    ++storage_.stats().refused_resumes;
+  after_mutation();
+  return s;
+}
+
+Status ManagerCore::resume_locked(uint32_t id, const std::vector<CacheGroupId>& optional_groups) {
+  if (Status s = expect_state(id, CacheState::kSuspended, "resume"); !s) return s;
+  CacheRecord& rec = caches_[id];
+  const bool first = !rec.first_resume_done;
+  // The OPTIONAL choice is made (and checked) once; it persists across suspend/resume.
+  if (first) {
+    if (Status s = choose_optional_groups(id, optional_groups); !s) return s;
+  }
+  const ResumeNeeds needs = resume_needs(rec, first);
+  if (Status s = utilization_gate(id, needs); !s) return s;
+  if (Status s = check_room("resume", needs.pages, needs.excluded); !s)
+    return Status(s.code(), label(id) + ": " + s.message());
+
+  // Nothing can fail from here on.
+  std::vector<std::pair<PageId, bool>> own;  // page, and whether it comes to the GPU
+  for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t) {
+    storage_.pin(pid);
+    own.push_back({pid, !(first && !rec.groups[g.id.value].selected)});
+  });
+  make_room(needs.pages);
+  for (auto [pid, onboard] : own) {
+    if (onboard && storage_.page(pid).tier != TierKind::kGpu) storage_.move(pid, kGpuTier);
+  }
+  for (auto [pid, onboard] : own) {
+    // An unselected OPTIONAL page stays HELD until finish_first_resume lets it go.
+    if (onboard) storage_.convert_ref(pid, Ref::kSuspended, Ref::kActive);
+  }
+  for (auto [pid, onboard] : own) storage_.unpin(pid);
+  if (first) finish_first_resume(rec);
+  allocate_pages(rec, rec.capacity, rec.history, 0);
+  rec.note_ready(storage_.flush());
+  for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
+    rec.note_ready(storage_.page(pid).ready);
+  });
+  rec.state = CacheState::kActive;
+  ++active_caches_;
+  ++storage_.stats().resumes;
+  rebuild_tables(rec);
+  return Status::ok();
+}
+
+Status ManagerCore::suspend(uint32_t id) {
+  std::unique_lock lock(mu_);
+  if (Status s = expect_state(id, CacheState::kActive, "suspend"); !s) return s;
+  CacheRecord& rec = caches_[id];
+  for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
+    storage_.convert_ref(pid, Ref::kActive, Ref::kSuspended);
+  });
+  rec.state = CacheState::kSuspended;
+  --active_caches_;
+  ++storage_.stats().suspends;
+  rebuild_tables(rec);
+  after_mutation();
+  return Status::ok();
+}
+
+void ManagerCore::attach_match(CacheRecord& rec, const prefix::MatchPlan& mp) {
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const uint64_t L = mp.match.reused_tokens;
+  rec.match = mp.match;
+  rec.capacity = rec.history = rec.committed = L;
+  const uint64_t blocks = blocks_for(L, tpb);
+  rec.attention_blocks = blocks;
+  auto take = [&](PageId page) {
+    storage_.add_ref(page, Ref::kSuspended);
+    index_.record_served(page);
+  };
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    GroupState& gs = rec.groups[g.id.value];
+    if (g.kind == GroupKind::kAttention) {
+      gs.pages.assign(blocks * rec.beam_width, kNoPage);
+      for (uint32_t k = 0; k < rec.beam_width; ++k) gs.tables[k].assign(blocks, kBadPageIndex);
+      gs.stale_from = g.first_live_block(L, tpb);
+    }
+    if (L == 0 || g.policy == ReusePolicy::kPrivate) continue;
+    if (g.kind == GroupKind::kSsm) {
+      const PageId snap = index_.matched_snapshot(mp, g.id);
+      if (snap == kNoPage) continue;
+      for (PageId& e : gs.pages) {
+        e = snap;
+        take(snap);
+      }
+      gs.copy_pending = true;
+      continue;
+    }
+    for (uint64_t b = 0; b < blocks; ++b) {
+      if (!block_needed(g, b, L, L)) continue;
+      const PageId page = index_.matched_page(mp, g.id, b);
+      if (page == kNoPage) continue;  // an incomplete OPTIONAL group
+      std::fill(rec.row(g.id, b), rec.row(g.id, b) + rec.beam_width, page);
+      for (uint32_t k = 0; k < rec.beams_at(b); ++k) take(page);
+    }
+    gs.copy_pending = L % tpb != 0;
+  }
+  // The next commit hangs under the last full block of the match.
+  rec.commit_parent = L >= tpb ? mp.path[L / tpb - 1] : mp.root;
+  if (rec.commit_parent != prefix::kNoNode) index_.pin(rec.commit_parent);
+  record_lookup(rec, false);
+}
+
+void ManagerCore::record_lookup(const CacheRecord& rec, bool optional_only) {
+  std::vector<CacheGroupId> groups;
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (g.policy == ReusePolicy::kPrivate) continue;
+    if ((g.policy == ReusePolicy::kOptional) != optional_only) continue;
+    if (g.policy == ReusePolicy::kOptional && !rec.groups[g.id.value].selected) continue;
+    groups.push_back(g.id);
+  }
+  index_.record_lookup(rec.match, groups);
+}
+
+Status ManagerCore::choose_optional_groups(uint32_t id, const std::vector<CacheGroupId>& chosen) {
+  CacheRecord& rec = caches_[id];
+  std::vector<bool> selected(plan_.cache_groups().size(), false);
+  for (CacheGroupId g : chosen) {
+    if (g.value >= plan_.cache_groups().size()) {
+      return Status::invalid(label(id) + ": resume: unknown cache group " +
+                             std::to_string(g.value));
+    }
+    const CacheGroup& group = plan_.cache_group(g);
+    if (group.policy != ReusePolicy::kOptional) {
+      return Status::invalid(label(id) + ": resume: cache group " + std::to_string(g.value) +
+                             " is " + reuse_policy_name(group.policy) +
+                             ", only OPTIONAL groups can be selected");
+    }
+    if (!rec.match.groups[g.value].complete) {
+      return Status::invalid(label(id) + ": resume: OPTIONAL cache group " +
+                             std::to_string(g.value) + " matched up to " +
+                             std::to_string(rec.match.groups[g.value].endpoint) +
+                             " tokens, not the reused " + std::to_string(rec.match.reused_tokens));
+    }
+    selected[g.value] = true;
+  }
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (g.policy == ReusePolicy::kOptional) rec.groups[g.id.value].selected = selected[g.id.value];
+  }
+  return Status::ok();
+}
+
+// An unselected OPTIONAL group gives back what it matched: the engine recomputes that state.
+void ManagerCore::give_back_unselected(CacheRecord& rec, const CacheGroup& g) {
+  GroupState& gs = rec.groups[g.id.value];
+  const Ref ref = Ref::kSuspended;  // these pages were never brought to the GPU
+  if (g.kind == GroupKind::kSsm) {
+    for (PageId& e : gs.pages) {
+      if (e != kNoPage) storage_.drop_ref(e, ref);
+      e = kNoPage;
+    }
+  } else {
+    for (uint64_t b = 0; b < rec.attention_blocks; ++b) {
+      PageId* row = rec.row(g.id, b);
+      for (uint32_t k = 0; k < rec.beams_at(b); ++k) {
+        if (row[k] != kNoPage) storage_.drop_ref(row[k], ref);
+      }
+      std::fill(row, row + rec.beam_width, kNoPage);
+    }
+  }
+  gs.copy_pending = false;
+}
+
+// A private GPU copy of a shared page; the cache's reference moves to the copy.
+PageId ManagerCore::private_copy(const CacheGroup& g, PageId src) {
+  const PageId dst = storage_.allocate(g.id, kGpuTier);
+  storage_.add_ref(dst, Ref::kActive);
+  storage_.copy_page(src, dst);
+  storage_.drop_ref(src, Ref::kActive);
+  return dst;
+}
+
+void ManagerCore::finish_first_resume(CacheRecord& rec) {
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (!rec.groups[g.id.value].selected) give_back_unselected(rec, g);
+  }
+  // The partially matched tail block and the SSM snapshots are copied into private pages:
+  // shared pages are never written.
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    GroupState& gs = rec.groups[g.id.value];
+    if (!gs.copy_pending) continue;
+    gs.copy_pending = false;
+    if (g.kind == GroupKind::kSsm) {
+      for (PageId& e : gs.pages) {
+        if (e != kNoPage) e = private_copy(g, e);
+      }
+      continue;
+    }
+    const uint64_t b = rec.attention_blocks - 1;
+    PageId* row = rec.row(g.id, b);
+    if (row[0] == kNoPage) continue;
+    if (rec.beams_at(b) == 1) {
+      std::fill(row, row + rec.beam_width, private_copy(g, row[0]));
+    } else {
+      for (uint32_t k = 0; k < rec.beam_width; ++k) row[k] = private_copy(g, row[k]);
+    }
+  }
+  rec.first_resume_done = true;
+  record_lookup(rec, true);
+}
+
+}  // namespace hybridkv::cache_detail

@@ -1,0 +1,270 @@
+// Matching a prompt against the tree (DESIGN §6): walk full blocks by key, take a partial last
+// block, back off, then prune across REQUIRED groups until each can restore the endpoint.
+#include <algorithm>
+#include <optional>
+
+#include "prefix/prefix_index.h"
+
+namespace hybridkv::prefix {
+
+using storage::kNoPage;
+using storage::PageId;
+
+namespace {
+
+// One match in progress: the walk's results and the pruning rules over them.
+class Matcher {
+ public:
+  Matcher(const StoragePlan& plan, const RadixTree& tree, BlockHasher& hasher,
+          std::span<const int32_t> tokens, std::span<const MultimodalItem> multimodal,
+          MatchPlan& mp)
+      : plan_(plan),
+        tree_(tree),
+        hasher_(hasher),
+        tokens_(tokens),
+        multimodal_(multimodal),
+        mp_(mp),
+        tpb_(plan.config().tokens_per_block) {}
+
+  void walk_full_blocks(uint64_t lookup);
+  void match_tail(uint64_t lookup);
+  void prune_and_report();
+
+ private:
+  std::span<const std::array<uint8_t, 32>> digests(uint64_t begin, uint64_t end) {
+    return digests_between(multimodal_, begin, end, digest_buffer_);
+  }
+  // The group's page for `block` along the match, and the tokens of it the match may use.
+  std::pair<PageId, uint64_t> page_at(const CacheGroup& g, uint64_t block) const;
+  uint64_t covered_prefix(const CacheGroup& g) const;
+  uint64_t attention_limit(const CacheGroup& g, uint64_t L) const;
+  uint64_t snapshot_limit(const CacheGroup& g, uint64_t L) const;
+  uint64_t fixed_point(uint64_t L, bool with_ssm) const;
+  void report_groups(uint64_t backed_off);
+
+  const StoragePlan& plan_;
+  const RadixTree& tree_;
+  BlockHasher& hasher_;
+  std::span<const int32_t> tokens_;
+  std::span<const MultimodalItem> multimodal_;
+  MatchPlan& mp_;
+  const uint32_t tpb_;
+  std::vector<std::array<uint8_t, 32>> digest_buffer_;
+  uint64_t pos_ = 0;               // tokens matched by full blocks
+  bool tail_whole_ = false;        // the tail is a partial node matched whole (an exact endpoint)
+  std::vector<uint64_t> covered_;  // full attention: the covered prefix, by group
+};
+
+void Matcher::walk_full_blocks(uint64_t lookup) {
+  // Full blocks by key, in batches: the key chain does not wait for the lookups, so a batch of
+  // keys is hashed, their index slots prefetched, and then looked up in order (a miss in a
+  // million-block index costs about as much as hashing a block).
+  constexpr size_t kBatch = 16;
+  BlockKey chain = tree_.node(mp_.root).key;
+  BlockKey keys[kBatch];
+  for (bool diverged = false; !diverged && pos_ + tpb_ <= lookup;) {
+    size_t n = 0;
+    for (; n < kBatch && pos_ + (n + 1) * tpb_ <= lookup; ++n) {
+      const uint64_t at = pos_ + n * tpb_;
+      chain = keys[n] = hasher_.key(chain, tokens_.subspan(at, tpb_), digests(at, at + tpb_));
+      tree_.prefetch(keys[n]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const NodeId child = tree_.find(keys[i]);
+      if (child == kNoNode) {
+        diverged = true;
+        break;
+      }
+      mp_.path.push_back(child);
+      pos_ += tpb_;
+    }
+  }
+}
+
+void Matcher::match_tail(uint64_t lookup) {
+  // A partial last block: a partial node matched whole (an exact committed endpoint), or, with
+  // enable_partial_reuse, the first tokens of any child.
+  const NodeId node = mp_.path.empty() ? mp_.root : mp_.path.back();
+  uint64_t best = 0;
+  for (NodeId c : tree_.node(node).children) {
+    const Node& n = tree_.node(c);
+    const uint64_t limit = std::min<uint64_t>(n.tokens.size(), lookup - pos_);
+    uint64_t k = 0;
+    while (k < limit && n.tokens[k] == tokens_[pos_ + k]) ++k;
+    if (k == 0) continue;
+    bool whole = !n.full && k == n.tokens.size();
+    if (whole) {
+      // The key also covers multimodal digests.
+      whole = hasher_.key(tree_.node(node).key, tokens_.subspan(pos_, k),
+                          digests(pos_, pos_ + k)) == n.key;
+      if (!whole) continue;
+    } else if (!plan_.config().enable_partial_reuse || !digests(pos_, pos_ + k).empty()) {
+      continue;
+    }
+    if (k > best || (k == best && whole && !tail_whole_)) {
+      best = k;
+      tail_whole_ = whole;
+      mp_.tail = c;
+    }
+  }
+  mp_.tail_tokens = best;
+  mp_.match.divergence_tokens = pos_ + best;
+}
+
+std::pair<PageId, uint64_t> Matcher::page_at(const CacheGroup& g, uint64_t block) const {
+  const NodePage* np = nullptr;
+  uint64_t limit = tpb_;
+  if (block < mp_.path.size()) {
+    np = &tree_.pages(mp_.path[block])[g.id.value];
+  } else if (block == mp_.path.size() && mp_.tail != kNoNode) {
+    np = &tree_.pages(mp_.tail)[g.id.value];
+    limit = mp_.tail_tokens;
+  }
+  if (np == nullptr || np->page == kNoPage) return {kNoPage, 0};
+  return {np->page, std::min<uint64_t>(np->coverage, limit)};
+}
+
+// Full attention needs the whole prefix: its covered prefix is computed once, so that each
+// pruning pass costs O(1) for it instead of a walk over every block.
+uint64_t Matcher::covered_prefix(const CacheGroup& g) const {
+  for (uint64_t b = 0;; ++b) {
+    const uint64_t have = page_at(g, b).second;
+    if (have < tpb_) return b * tpb_ + have;
+  }
+}
+
+// The largest L' <= L whose blocks a step from L' reads are covered (one pass).
+uint64_t Matcher::attention_limit(const CacheGroup& g, uint64_t L) const {
+  if (L == 0) return 0;
+  if (!g.window) return std::min(L, covered_[g.id.value]);
+  const uint64_t last = (L - 1) / tpb_;
+  const uint64_t first = g.first_live_block(L, tpb_);
+  auto cut = [&](uint64_t b) -> std::optional<uint64_t> {
+    const uint64_t need = std::min<uint64_t>(L, (b + 1) * tpb_) - b * tpb_;
+    const uint64_t have = page_at(g, b).second;
+    if (have >= need) return std::nullopt;
+    return b * tpb_ + have;
+  };
+  for (uint64_t b = 0; b < std::min<uint64_t>(g.sink_blocks, first); ++b) {
+    if (auto c = cut(b)) return *c;
+  }
+  for (uint64_t b = first; b <= last; ++b) {
+    if (auto c = cut(b)) return *c;
+  }
+  return L;
+}
+
+// The largest snapshot position <= L (0 when none).
+uint64_t Matcher::snapshot_limit(const CacheGroup& g, uint64_t L) const {
+  const uint64_t divergence = mp_.match.divergence_tokens;
+  if (mp_.tail != kNoNode && tail_whole_ && divergence <= L &&
+      tree_.pages(mp_.tail)[g.id.value].page != kNoPage) {
+    return divergence;
+  }
+  for (uint64_t b = std::min<uint64_t>(L / tpb_, mp_.path.size()); b > 0; --b) {
+    if (tree_.pages(mp_.path[b - 1])[g.id.value].page != kNoPage) return b * tpb_;
+  }
+  return 0;
+}
+
+// Invariant of the loop: L only decreases, and every limit function returns a value <= its
+// argument that is itself restorable by that group alone; so the loop stops at the largest
+// L' <= L that every REQUIRED group (attention, and SSM when with_ssm) can restore at once:
+// shortening for one group can only shorten (never lengthen) what another allows.
+uint64_t Matcher::fixed_point(uint64_t L, bool with_ssm) const {
+  for (;;) {
+    uint64_t next = L;
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      if (g.policy == ReusePolicy::kRequired && g.kind == GroupKind::kAttention)
+        next = std::min(next, attention_limit(g, next));
+    }
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      if (with_ssm && g.policy == ReusePolicy::kRequired && g.kind == GroupKind::kSsm)
+        next = std::min(next, snapshot_limit(g, next));
+    }
+    if (next == L) return L;
+    L = next;
+  }
+}
+
+void Matcher::prune_and_report() {
+  covered_.assign(plan_.cache_groups().size(), 0);
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (g.kind == GroupKind::kAttention && !g.window) covered_[g.id.value] = covered_prefix(g);
+  }
+  ReuseMatch& m = mp_.match;
+  const uint64_t backoff = plan_.config().reuse_match_backoff;
+  const uint64_t backed_off = m.divergence_tokens > backoff ? m.divergence_tokens - backoff : 0;
+  m.hybrid_tokens = fixed_point(backed_off, false);  // attention coverage only
+  m.reused_tokens = fixed_point(m.hybrid_tokens, true);
+  for (size_t i = 0; i < mp_.path.size(); ++i) {
+    if (tree_.node(mp_.path[i]).demanded && (i + 1) * tpb_ > m.reused_tokens)
+      m.demand_points.push_back((i + 1) * tpb_);
+  }
+  report_groups(backed_off);
+}
+
+void Matcher::report_groups(uint64_t backed_off) {
+  ReuseMatch& m = mp_.match;
+  const uint64_t reused = m.reused_tokens;
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    GroupReuse& r = m.groups[g.id.value];
+    if (g.policy == ReusePolicy::kRequired) {
+      r.complete = true;
+      r.endpoint = reused;
+      r.coverage = g.kind == GroupKind::kAttention ? reused : 0;
+    } else if (g.policy == ReusePolicy::kOptional && g.kind == GroupKind::kSsm) {
+      r.endpoint = snapshot_limit(g, backed_off);
+      r.complete = reused == 0 || snapshot_limit(g, reused) == reused;
+    } else if (g.policy == ReusePolicy::kOptional) {
+      uint64_t L = backed_off;
+      while (attention_limit(g, L) != L) L = attention_limit(g, L);
+      r.endpoint = r.coverage = L;
+      r.complete = attention_limit(g, reused) == reused;
+    }
+  }
+}
+
+}  // namespace
+
+MatchPlan PrefixIndex::match(BlockHasher& hasher, const ReuseScope& scope,
+                             std::span<const int32_t> tokens,
+                             std::span<const MultimodalItem> multimodal) const {
+  MatchPlan mp;
+  ReuseMatch& m = mp.match;
+  m.groups.resize(plan_.cache_groups().size());
+  for (const CacheGroup& g : plan_.cache_groups()) m.groups[g.id.value].policy = g.policy;
+  // The last prompt token is always computed (its logits start the generation).
+  const uint64_t lookup = tokens.empty() ? 0 : tokens.size() - 1;
+  m.lookup_tokens = lookup;
+  if (!plan_.config().enable_block_reuse || lookup == 0) return mp;
+  mp.root = tree_.find(hasher.root(scope));
+  if (mp.root == kNoNode) return mp;
+  Matcher matcher(plan_, tree_, hasher, tokens, multimodal, mp);
+  matcher.walk_full_blocks(lookup);
+  matcher.match_tail(lookup);
+  matcher.prune_and_report();
+  return mp;
+}
+
+MatchPlan PrefixIndex::match_and_mark_demand(const ReuseScope& scope,
+                                             std::span<const int32_t> tokens,
+                                             std::span<const MultimodalItem> multimodal) {
+  MatchPlan mp = match(hasher_, scope, tokens, multimodal);
+  // Attention could reuse more than the snapshots allowed: mark the block end where a snapshot
+  // would have helped, so that requests passing it (this one first) take one there.
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const uint64_t wanted = mp.match.hybrid_tokens / tpb;
+  if (mp.match.hybrid_tokens > mp.match.reused_tokens && wanted > 0 &&
+      wanted * tpb > mp.match.reused_tokens && wanted <= mp.path.size()) {
+    Node& n = tree_.node(mp.path[wanted - 1]);
+    if (!n.demanded) {
+      n.demanded = true;
+      mp.match.demand_points.push_back(wanted * tpb);
+      std::sort(mp.match.demand_points.begin(), mp.match.demand_points.end());
+    }
+  }
+  return mp;
+}
+
+}  // namespace hybridkv::prefix

@@ -1,0 +1,256 @@
+#include "prefix/prefix_index.h"
+
+#include <sstream>
+
+#include "util/check.h"
+
+namespace hybridkv::prefix {
+
+using storage::kNoPage;
+using storage::PageId;
+
+std::span<const std::array<uint8_t, 32>> digests_between(
+    std::span<const MultimodalItem> items, uint64_t begin, uint64_t end,
+    std::vector<std::array<uint8_t, 32>>& buffer) {
+  if (items.empty()) return {};
+  buffer.clear();
+  for (const MultimodalItem& item : items) {
+    if (item.position >= begin && item.position < end) buffer.push_back(item.digest);
+  }
+  return buffer;
+}
+
+PrefixIndex::PrefixIndex(const StoragePlan& plan, storage::Storage& storage)
+    : plan_(plan),
+      storage_(storage),
+      tree_(plan.cache_groups().size()),
+      hasher_(plan.config().block_hash) {
+  stats_.groups.resize(plan.cache_groups().size());
+  storage_.set_observer(this);
+}
+
+PageId PrefixIndex::matched_page(const MatchPlan& mp, CacheGroupId group, uint64_t block) const {
+  if (block < mp.path.size()) return tree_.pages(mp.path[block])[group.value].page;
+  if (block == mp.path.size() && mp.tail != kNoNode) return tree_.pages(mp.tail)[group.value].page;
+  return kNoPage;
+}
+
+PageId PrefixIndex::matched_snapshot(const MatchPlan& mp, CacheGroupId group) const {
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const uint64_t reused = mp.match.reused_tokens;
+  NodeId at = kNoNode;
+  if (mp.tail != kNoNode && mp.path.size() * tpb + mp.tail_tokens == reused)
+    at = mp.tail;
+  else if (reused > 0 && reused % tpb == 0 && reused / tpb <= mp.path.size())
+    at = mp.path[reused / tpb - 1];
+  return at == kNoNode ? kNoPage : tree_.pages(at)[group.value].page;
+}
+
+void PrefixIndex::record_lookup(const ReuseMatch& m, std::span<const CacheGroupId> groups) {
+  if (m.lookup_tokens == 0) return;
+  const uint64_t reused = m.reused_tokens;
+  for (CacheGroupId g : groups) {
+    GroupReuseStats& s = stats_.groups[g.value];
+    ++s.lookups;
+    ++(reused > 0 ? s.hits : s.misses);
+    s.reused_tokens += reused;
+    s.unreused_tokens += m.lookup_tokens - reused;
+    if (plan_.cache_group(g).kind == GroupKind::kSsm && reused > 0) {
+      ++(reused % plan_.config().tokens_per_block == 0 ? s.aligned_snapshot_hits
+                                                       : s.unaligned_snapshot_hits);
+    }
+  }
+}
+
+void PrefixIndex::record_served(PageId page) {
+  ++stats_.pages_served_by_tier[static_cast<size_t>(storage_.page(page).tier)];
+}
+
+NodeId PrefixIndex::root(const ReuseScope& scope) { return tree_.root(hasher_.root(scope)); }
+
+NodeId PrefixIndex::block_node(NodeId parent, std::span<const int32_t> tokens, uint64_t begin,
+                               std::span<const MultimodalItem> multimodal, bool full) {
+  std::vector<std::array<uint8_t, 32>> buffer;
+  const BlockKey key =
+      hasher_.key(tree_.node(parent).key, tokens,
+                  digests_between(multimodal, begin, begin + tokens.size(), buffer));
+  const NodeId node = tree_.find(key);
+  return node != kNoNode ? node : tree_.add(parent, key, tokens, full);
+}
+
+Offer PrefixIndex::offer(NodeId node, CacheGroupId group, PageId own, uint32_t coverage) {
+  const NodePage& np = tree_.pages(node)[group.value];
+  if (np.page == kNoPage) {
+    publish(node, group, own, coverage);
+    return {OfferResult::kPublished, own};
+  }
+  // Same key, same tokens, same bytes: the cache may use the tree's page when it is complete
+  // and on the GPU (an ACTIVE cache's pages are).
+  if (np.page != own && np.coverage == coverage && storage_.page(np.page).tier == TierKind::kGpu) {
+    return {OfferResult::kAdopt, np.page};
+  }
+  return {OfferResult::kKept, kNoPage};
+}
+
+void PrefixIndex::publish(NodeId node, CacheGroupId group, PageId page, uint32_t coverage) {
+  NodePage& np = tree_.pages(node)[group.value];
+  HKV_CHECK(np.page == kNoPage, "publishing over an existing tree page");
+  HKV_CHECK(plan_.cache_group(group).policy != ReusePolicy::kPrivate,
+            "a PRIVATE page cannot be published");
+  np.page = page;
+  np.coverage = coverage;
+  storage_.set_owner(page, node.value);
+  emit(CacheEventKind::kStored, node, group);
+}
+
+bool PrefixIndex::holds(NodeId node, CacheGroupId group) const {
+  return tree_.pages(node)[group.value].page != kNoPage;
+}
+
+void PrefixIndex::pin(NodeId node) { ++tree_.node(node).pins; }
+
+void PrefixIndex::unpin(NodeId node) {
+  HKV_CHECK(tree_.node(node).pins > 0, "unpin of an unpinned tree node");
+  --tree_.node(node).pins;
+  tree_.prune(node);
+}
+
+NodeId PrefixIndex::partial_child(NodeId parent, uint64_t end) const {
+  if (parent == kNoNode) return kNoNode;
+  for (NodeId c : tree_.node(parent).children) {
+    if (!tree_.node(c).full && tree_.node(c).end() == end) return c;
+  }
+  return kNoNode;
+}
+
+uint32_t PrefixIndex::node_tokens(NodeId node) const {
+  return static_cast<uint32_t>(tree_.node(node).tokens.size());
+}
+
+std::vector<CacheGroupId> PrefixIndex::plan_drop(NodeId node) {
+  std::vector<CacheGroupId> planned;
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    const bool target = g.kind == GroupKind::kSsm || g.window.has_value();
+    NodePage& np = tree_.pages(node)[g.id.value];
+    if (!target || np.page == kNoPage) continue;
+    ++np.planned_drops;
+    ++tree_.node(node).pins;  // the node stays until the plan runs
+    planned.push_back(g.id);
+  }
+  return planned;
+}
+
+void PrefixIndex::release_drop(NodeId node, CacheGroupId group) {
+  NodePage& np = tree_.pages(node)[group.value];
+  --tree_.node(node).pins;
+  if (np.page != kNoPage && np.planned_drops > 0 && --np.planned_drops == 0) {
+    unpublish(node, group);
+  } else {
+    tree_.prune(node);
+  }
+}
+
+void PrefixIndex::clear() {
+  for (uint32_t i = 0; i < tree_.capacity(); ++i) {
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      if (tree_.node(NodeId(i)).live) unpublish(NodeId(i), g.id);
+    }
+  }
+}
+
+ReuseStats PrefixIndex::stats() const {
+  ReuseStats out = stats_;
+  out.tree_blocks = tree_.size();
+  return out;
+}
+
+std::vector<CacheEvent> PrefixIndex::take_events() { return std::exchange(events_, {}); }
+
+void PrefixIndex::emit(CacheEventKind kind, NodeId node, CacheGroupId group) {
+  if (!plan_.config().record_events) return;
+  const Node& n = tree_.node(node);
+  CacheEvent e;
+  e.kind = kind;
+  e.key = n.key;
+  if (n.parent != kNoNode) e.parent_key = tree_.node(n.parent).key;
+  if (kind == CacheEventKind::kStored) e.tokens = n.tokens;
+  e.group = group;
+  const PageId pid = tree_.pages(node)[group.value].page;
+  if (pid != kNoPage) {
+    e.tier = storage_.page(pid).tier;
+    e.priority = storage_.page(pid).priority;
+  }
+  events_.push_back(std::move(e));
+}
+
+void PrefixIndex::unpublish(NodeId node, CacheGroupId group) {
+  NodePage& np = tree_.pages(node)[group.value];
+  if (np.page == kNoPage) return;
+  emit(CacheEventKind::kRemoved, node, group);
+  const PageId pid = np.page;
+  np = NodePage{};
+  storage_.clear_owner(pid);
+  tree_.prune(node);
+}
+
+void PrefixIndex::on_page_dropped(PageId page, storage::OwnerTag owner, CacheGroupId group) {
+  const NodeId node(owner);
+  HKV_CHECK(tree_.pages(node)[group.value].page == page, "dropped page %u is not in the tree",
+            page.value);
+  emit(CacheEventKind::kRemoved, node, group);
+  tree_.pages(node)[group.value] = NodePage{};
+  tree_.prune(node);
+}
+
+void PrefixIndex::on_page_updated(PageId, storage::OwnerTag owner, CacheGroupId group) {
+  emit(CacheEventKind::kUpdated, NodeId(owner), group);
+}
+
+std::string PrefixIndex::check() const {
+  std::string err;
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  tree_.for_each_node([&](NodeId id, const Node& n) {
+    if (!err.empty()) return;
+    const std::string name = "tree node " + std::to_string(id.value);
+    if (tree_.find(n.key) != id) err = name + " is not indexed by its key";
+    if (n.parent != kNoNode && n.start != tree_.node(n.parent).end()) err = name + ": start is off";
+    if (n.tokens.size() > tpb || (n.full && n.parent != kNoNode && n.tokens.size() != tpb))
+      err = name + " has a wrong token count";
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      const NodePage& np = tree_.pages(id)[g.id.value];
+      if (np.page == kNoPage) continue;
+      const storage::Page& p = storage_.page(np.page);
+      if (!p.live || p.owner != id.value || p.group != g.id)
+        err = name + " group " + std::to_string(g.id.value) + " holds a page not owned by it";
+      if (np.coverage > n.tokens.size()) err = name + ": page coverage exceeds its block";
+      if (g.policy == ReusePolicy::kPrivate) err = name + ": a PRIVATE page is in the tree";
+    }
+  });
+  if (!err.empty()) return err;
+  for (uint32_t i = 0; i < storage_.page_capacity(); ++i) {
+    const storage::Page& p = storage_.page(PageId(i));
+    if (!p.live || !p.owned()) continue;
+    const NodeId node(p.owner);
+    if (node.value >= tree_.capacity() || !tree_.node(node).live ||
+        tree_.pages(node)[p.group.value].page != PageId(i)) {
+      return "page " + std::to_string(i) + " is owned by the tree but no node holds it";
+    }
+  }
+  return "";
+}
+
+std::string PrefixIndex::snapshot() const {
+  std::ostringstream os;
+  tree_.for_each_node([&](NodeId id, const Node& node) {
+    os << "node " << id.value << " start " << node.start << " tokens " << node.tokens.size()
+       << " pins " << node.pins;
+    for (const NodePage& np : tree_.pages(id)) {
+      os << " " << static_cast<int64_t>(np.page == kNoPage ? -1 : np.page.value) << "/"
+         << np.coverage;
+    }
+    os << "\n";
+  });
+  return os.str();
+}
+
+}  // namespace hybridkv::prefix

@@ -1,0 +1,124 @@
+// PrefixIndex: what requests can share (DESIGN §6). It owns the radix tree of committed blocks,
+// the block-key hasher, the reuse statistics and the tree events; it matches prompts against the
+// tree with hybrid pruning, takes pages offered by commits (deduplicating against blocks already
+// there), keeps snapshots, runs planned drops and checks its own consistency.
+//
+// Pages: the index is the owner (storage::Storage::set_owner, tag = node id) of every page it
+// keeps, one per (node, cache group); storage tells it through PageObserver when such a page is
+// dropped or changes tier or priority. It never touches a cache's references: the per-request
+// state machine (cache/) does, from what the index returns.
+//
+// Thread-safety: none of its own; the manager's lock covers it. match() only reads the tree and
+// the given hasher, so probes may run it concurrently under a shared lock.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hybridkv/reuse.h"
+#include "prefix/block_hash.h"
+#include "prefix/radix_tree.h"
+#include "storage/storage.h"
+
+namespace hybridkv::prefix {
+
+// What a match found, with the nodes behind it.
+struct MatchPlan {
+  ReuseMatch match;
+  NodeId root = kNoNode;
+  std::vector<NodeId> path;  // full nodes of blocks 0, 1, ...
+  NodeId tail = kNoNode;     // node of the partially used last block, if any
+  uint64_t tail_tokens = 0;  // tokens of the tail node matched
+};
+
+// What became of a page a commit offered for a block.
+enum class OfferResult : uint8_t {
+  kPublished,  // the index keeps the offered page
+  kAdopt,      // the block already holds an equal page on the GPU: use it, free your own
+  kKept,       // the block already holds a page the cache cannot use; keep your own
+};
+struct Offer {
+  OfferResult result = OfferResult::kKept;
+  storage::PageId tree_page;  // kAdopt: the page to use instead
+};
+
+class PrefixIndex final : public storage::PageObserver {
+ public:
+  PrefixIndex(const StoragePlan& plan, storage::Storage& storage);
+  PrefixIndex(const PrefixIndex&) = delete;
+  PrefixIndex& operator=(const PrefixIndex&) = delete;
+
+  // --- matching (match.cc) ---
+  // What the tree can restore of `tokens`. Reads only (the hasher is the caller's).
+  MatchPlan match(BlockHasher& hasher, const ReuseScope& scope, std::span<const int32_t> tokens,
+                  std::span<const MultimodalItem> multimodal) const;
+  // match() with the index's own hasher; then marks the block end where attention reached past
+  // the last snapshot, so that requests passing it (this one first) take a snapshot there.
+  MatchPlan match_and_mark_demand(const ReuseScope& scope, std::span<const int32_t> tokens,
+                                  std::span<const MultimodalItem> multimodal);
+  // The tree page of `group` for `block` of a match (the tail node past the path), or kNoPage.
+  storage::PageId matched_page(const MatchPlan& mp, CacheGroupId group, uint64_t block) const;
+  // The SSM snapshot of `group` exactly at the match's reused tokens, or kNoPage.
+  storage::PageId matched_snapshot(const MatchPlan& mp, CacheGroupId group) const;
+  // Counts a lookup for `groups` (and reused pages served per tier).
+  void record_lookup(const ReuseMatch& match, std::span<const CacheGroupId> groups);
+  void record_served(storage::PageId page);
+
+  // --- commits ---
+  // The root of a scope (pinned for as long as it lives).
+  NodeId root(const ReuseScope& scope);
+  // The node of the block [begin, begin + tokens.size()) under `parent`, created if new;
+  // full: tokens_per_block tokens, else a partial leaf (never rebased).
+  NodeId block_node(NodeId parent, std::span<const int32_t> tokens, uint64_t begin,
+                    std::span<const MultimodalItem> multimodal, bool full);
+  // Offers a cache's page for a block (deduplication: see OfferResult).
+  Offer offer(NodeId node, CacheGroupId group, storage::PageId own, uint32_t coverage);
+  // The index keeps `page` for (node, group). Requires: the node holds no page of the group.
+  void publish(NodeId node, CacheGroupId group, storage::PageId page, uint32_t coverage);
+  bool holds(NodeId node, CacheGroupId group) const;
+  // A cache commits under `node`: it stays while pinned; unpin prunes it when it became empty.
+  void pin(NodeId node);
+  void unpin(NodeId node);
+  // The partial leaf under `parent` that ends at `end`, or kNoNode.
+  NodeId partial_child(NodeId parent, uint64_t end) const;
+  uint32_t node_tokens(NodeId node) const;
+
+  // --- planned drops (reference-counted per (node, group)) ---
+  // Plans to release the snapshot and window pages of `node`; returns the groups planned.
+  std::vector<CacheGroupId> plan_drop(NodeId node);
+  void release_drop(NodeId node, CacheGroupId group);
+
+  // --- upkeep and reporting ---
+  // Unlinks every page (pages held by caches stay with them).
+  void clear();
+  ReuseStats stats() const;
+  std::vector<CacheEvent> take_events();
+  const RadixTree& tree() const { return tree_; }
+  // Every node is indexed by its key and holds pages that point back to it; coverage never
+  // exceeds the block; no PRIVATE page is kept. Empty string = fine.
+  std::string check() const;
+  std::string snapshot() const;
+
+  void on_page_dropped(storage::PageId page, storage::OwnerTag owner, CacheGroupId group) override;
+  void on_page_updated(storage::PageId page, storage::OwnerTag owner, CacheGroupId group) override;
+
+ private:
+  void emit(CacheEventKind kind, NodeId node, CacheGroupId group);
+  void unpublish(NodeId node, CacheGroupId group);
+
+  const StoragePlan& plan_;
+  storage::Storage& storage_;
+  RadixTree tree_;
+  BlockHasher hasher_;
+  ReuseStats stats_;
+  std::vector<CacheEvent> events_;
+};
+
+// Digests of the multimodal items starting in [begin, end), into `buffer`; no allocation and an
+// empty span without items.
+std::span<const std::array<uint8_t, 32>> digests_between(
+    std::span<const MultimodalItem> items, uint64_t begin, uint64_t end,
+    std::vector<std::array<uint8_t, 32>>& buffer);
+
+}  // namespace hybridkv::prefix

@@ -1,0 +1,116 @@
+// Storage's own invariants (DESIGN §9) and its before/after snapshot.
+#include <algorithm>
+#include <sstream>
+#include <tuple>
+
+#include "storage/storage.h"
+
+namespace hybridkv::storage {
+
+std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg) const {
+  std::ostringstream err;
+  const PoolSlots& s = slots(tier, pg.id);
+  const char* tier_name = tier_kind_name(tier_kind(tier));
+  std::vector<int> owner(s.total, 0);
+  for (SlotId f : s.free) {
+    if (f.value >= s.total) return "free slot out of range";
+    if (owner[f.value]++) return "slot on the free list twice";
+  }
+  uint64_t used = 0;
+  for (uint32_t i = 0; i < pages_.size(); ++i) {
+    const Page& p = pages_[i];
+    if (!p.live || p.tier_index != tier || p.pool_group != pg.id) continue;
+    ++used;
+    if (p.tier != tier_kind(tier)) return "page " + std::to_string(i) + ": tier kind is off";
+    if (p.slot.value >= s.total || owner[p.slot.value]++) {
+      err << "page " << i << ": slot " << p.slot.value << " on " << tier_name << " pool group "
+          << pg.id.value << " is not exclusively its own";
+      return err.str();
+    }
+  }
+  if (used + s.free.size() != s.total) {
+    err << tier_name << " pool group " << pg.id.value << ": " << used << " used + " << s.free.size()
+        << " free != " << s.total << " slots";
+    return err.str();
+  }
+  for (const EvictionQueue* q : {&s.held, &s.droppable}) {
+    const std::vector<PageId> ids = q->pages_in_order();
+    if (ids.size() != q->size()) return "queue size does not match its lists";
+    const PageState want = q == &s.held ? PageState::kHeld : PageState::kDroppable;
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const Page& p = page(ids[k]);
+      if (!p.live || p.pinned || p.state() != want || p.tier_index != tier) {
+        err << "page " << ids[k].value << " is in the wrong queue";
+        return err.str();
+      }
+      // Eviction order: priority ascending, then least recently used first.
+      if (k > 0) {
+        const Page& prev = page(ids[k - 1]);
+        if (std::tie(prev.priority, prev.lru_tick) >= std::tie(p.priority, p.lru_tick)) {
+          err << "queue order broken at page " << ids[k].value << " on " << tier_name
+              << " pool group " << pg.id.value;
+          return err.str();
+        }
+      }
+    }
+  }
+  return "";
+}
+
+std::string Storage::check() const {
+  for (uint32_t t = 0; t < tiers_.size(); ++t) {
+    for (const PoolGroup& pg : plan_.pool_groups()) {
+      std::string err = check_pool(TierIndex(t), pg);
+      if (!err.empty()) return err;
+    }
+  }
+  std::ostringstream err;
+  for (uint32_t i = 0; i < pages_.size(); ++i) {
+    const Page& p = pages_[i];
+    if (!p.live) continue;
+    const PageState state = p.state();
+    if (state == PageState::kReleased) {
+      err << "page " << i << " is live with no holder";
+      return err.str();
+    }
+    if (state == PageState::kLocked && p.tier != TierKind::kGpu) {
+      err << "page " << i << " is LOCKED on " << tier_kind_name(p.tier);
+      return err.str();
+    }
+    const bool evictable = state == PageState::kHeld || state == PageState::kDroppable;
+    if ((evictable && !p.pinned) != (p.queue != QueueKind::kNone)) {
+      err << "page " << i << " (state " << static_cast<int>(state) << ") queue membership is wrong";
+      return err.str();
+    }
+  }
+  return "";
+}
+
+std::string Storage::snapshot() const {
+  std::ostringstream os;
+  for (uint32_t t = 0; t < tiers_.size(); ++t) {
+    for (const PoolGroup& pg : plan_.pool_groups()) {
+      const PoolSlots& s = slots(TierIndex(t), pg.id);
+      std::vector<uint32_t> free;
+      for (SlotId f : s.free) free.push_back(f.value);
+      std::sort(free.begin(), free.end());
+      os << "tier " << t << " pg " << pg.id.value << " free";
+      for (uint32_t f : free) os << " " << f;
+      os << " held";
+      for (PageId id : s.held.pages_in_order()) os << " " << id.value;
+      os << " droppable";
+      for (PageId id : s.droppable.pages_in_order()) os << " " << id.value;
+      os << "\n";
+    }
+  }
+  for (uint32_t i = 0; i < pages_.size(); ++i) {
+    const Page& p = pages_[i];
+    if (!p.live) continue;
+    os << "page " << i << " g" << p.group.value << " " << tier_kind_name(p.tier) << ":"
+       << p.slot.value << " a" << p.active_refs << " s" << p.suspended_refs << " t" << p.owned()
+       << " pr" << p.priority << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace hybridkv::storage

@@ -1,0 +1,57 @@
+#include "hybridkv/testing/inspect.h"
+
+#include "cache/manager_core.h"
+
+namespace hybridkv::testing {
+
+const cache_detail::ManagerCore& ManagerInspector::core(const KvCacheManager& manager) {
+  return *manager.core_;
+}
+
+std::string check_invariants(const KvCacheManager& manager) {
+  return ManagerInspector::core(manager).check();
+}
+
+std::string debug_snapshot(const KvCacheManager& manager) {
+  return ManagerInspector::core(manager).snapshot();
+}
+
+std::vector<TreePage> tree_pages(const KvCacheManager& manager) {
+  std::vector<TreePage> out;
+  ManagerInspector::core(manager).inspect(
+      [&](const storage::Storage& storage, const prefix::PrefixIndex& index) {
+        index.tree().for_each_node([&](prefix::NodeId id, const prefix::Node& node) {
+          const auto pages = index.tree().pages(id);
+          for (uint32_t g = 0; g < pages.size(); ++g) {
+            if (pages[g].page == storage::kNoPage) continue;
+            const storage::Page& p = storage.page(pages[g].page);
+            out.push_back(
+                {node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value, pages[g].coverage});
+          }
+        });
+      });
+  return out;
+}
+
+void set_copy_gate(KvCacheManager& manager, bool open) {
+  ManagerInspector::core(manager).backend().set_copy_gate(open);
+}
+
+std::string InvariantChecker::check(const KvCacheManager& manager) {
+  std::string err = check_invariants(manager);
+  if (!err.empty()) return err;
+  std::map<std::pair<BlockKey, uint32_t>, uint32_t> now;
+  for (const TreePage& t : tree_pages(manager)) {
+    const auto key = std::make_pair(t.key, t.group.value);
+    const auto it = coverage_.find(key);
+    if (it != coverage_.end() && t.coverage < it->second) {
+      return "tree block of group " + std::to_string(t.group.value) + ": coverage shrank from " +
+             std::to_string(it->second) + " to " + std::to_string(t.coverage);
+    }
+    now[key] = t.coverage;
+  }
+  coverage_ = std::move(now);
+  return "";
+}
+
+}  // namespace hybridkv::testing

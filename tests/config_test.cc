@@ -218,4 +218,14 @@ TEST(ConfigNames, ParseAndPrintRoundTrip) {
 }
 
 }  // namespace
+// Taking the value of an error is a caller bug: it aborts and says which error it was.
+TEST(ResultDeathTest, ValueOfAnErrorAbortsPrintingTheStatus) {
+  const Result<int> r = Status::invalid("layer 7: window 0 must be > 0");
+  EXPECT_DEATH((void)r.value(), "invalid argument: layer 7: window 0 must be > 0");
+}
+
+TEST(ResultDeathTest, ResultBuiltFromAnOkStatusIsACheckFailure) {
+  EXPECT_DEATH({ const Result<int> r{Status::ok()}; }, "Result built from an OK status");
+}
+
 }  // namespace hybridkv

@@ -414,26 +414,61 @@ TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
   EXPECT_NE(seen, now) << "the slot changed when the held copy ran";
 }
 
-TEST_F(Lifecycle, ConcurrentRequestsOnThreads) {
+// A cache may outlive its manager: it shares the manager's state, which stays until the last
+// cache is gone, and every call on it keeps working.
+TEST_F(Lifecycle, CacheOutlivesItsManagerSafely) {
   auto m = make_manager(LifecycleModel{});
+  std::unique_ptr<KvCache> cache;
+  {
+    testing::FakeEngine engine(*m);
+    Request a = make_request(*m, random_tokens(rng_, 200), 100);
+    ASSERT_OK(a.cache->resume({}));
+    ASSERT_OK(advance(engine, a, 100));
+    cache = std::move(a.cache);
+  }
+  m.reset();
+  EXPECT_EQ(cache->state(), CacheState::kActive);
+  ASSERT_OK(cache->suspend());
+  ASSERT_OK(cache->resume({}));
+  ASSERT_OK(cache->resize(120, 110));
+  EXPECT_TRUE(cache->block_table(kFull).is_ok());
+  ASSERT_OK(cache->close());
+  cache.reset();  // frees the pools
+}
+
+// Three threads drive 30 requests each (resume, compute, suspend, resume, verify, close) while a
+// fourth checks invariants. A resume refused for room is retried a bounded number of times
+// (other threads free memory as they close); every request must complete its whole cycle.
+TEST_F(Lifecycle, ConcurrentRequestsOnThreadsAllComplete) {
+  auto m = make_manager(LifecycleModel{});
+  constexpr int kThreads = 3, kRequests = 30, kMaxTries = 200000;
   std::atomic<bool> failed{false};
+  std::atomic<int> completed{0};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 3; ++t) {
+  auto resume = [&](KvCache& cache) {
+    for (int tries = 0; tries < kMaxTries; ++tries) {
+      if (cache.resume({}).is_ok()) return true;
+      std::this_thread::yield();
+    }
+    return false;  // waited too long: the test fails below
+  };
+  for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(100 + t);
       testing::FakeEngine engine(*m);
-      for (int i = 0; i < 30 && !failed; ++i) {
+      for (int i = 0; i < kRequests && !failed; ++i) {
         Request r = make_request(*m, random_tokens(rng, 200), 100);
-        if (!r.cache->resume({}).is_ok()) continue;
-        for (uint64_t n = 20; n <= 200; n += 20) {
-          if (!advance(engine, r, n).is_ok()) break;
-          if (n == 100) {
-            if (!r.cache->suspend().is_ok()) failed = true;
-            while (!r.cache->resume({}).is_ok()) std::this_thread::yield();
-            if (!engine.verify(*r.cache, r.fake).is_ok()) failed = true;
+        bool ok = resume(*r.cache);
+        for (uint64_t n = 20; ok && n <= 200; n += 20) {
+          ok = advance(engine, r, n).is_ok();
+          if (ok && n == 100) {
+            ok = r.cache->suspend().is_ok() && resume(*r.cache) &&
+                 engine.verify(*r.cache, r.fake).is_ok();
           }
         }
-        if (!r.cache->close().is_ok()) failed = true;
+        ok = ok && r.cache->close().is_ok();
+        if (ok) ++completed;
+        else failed = true;
       }
     });
   }
@@ -445,6 +480,7 @@ TEST_F(Lifecycle, ConcurrentRequestsOnThreads) {
   });
   for (std::thread& t : threads) t.join();
   EXPECT_FALSE(failed);
+  EXPECT_EQ(completed.load(), kThreads * kRequests);
   expect_clean(*m);
 }
 

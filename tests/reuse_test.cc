@@ -382,7 +382,7 @@ TEST_F(Reuse, PlannedDropsAreCountedPerEndpoint) {
   EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
-TEST_F(Reuse, CommitRules) {
+TEST_F(Reuse, CommitsOnlyComputedPromptTokensAndNoneAfterStopCommitting) {
   auto m = make_manager(LifecycleModel{});
   testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);

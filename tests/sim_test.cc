@@ -50,8 +50,8 @@ const std::string kModel = std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json";
 
 // The bound computed independently: for every request, the longest prefix of whole 512-token
 // id blocks (and the shorter tail of an equal id) shared with any earlier prompt, pairwise.
-uint64_t brute_force_bound() {
-  std::ifstream in(kSlice);
+uint64_t brute_force_bound(const std::string& path = kSlice) {
+  std::ifstream in(path);
   std::string line;
   std::vector<std::pair<uint64_t, std::vector<uint64_t>>> earlier;
   uint64_t bound = 0;
@@ -110,15 +110,25 @@ TEST(Sim, VerifyOnTheHostBackendFindsNoMismatch) {
   std::remove(svg.c_str());
 }
 
-TEST(Sim, SyntheticTrafficRunsAndReports) {
+// One request at a time, attention only, memory for everything: every request reuses exactly
+// its longest prefix shared with an earlier prompt, computed here from the written trace.
+TEST(Sim, SyntheticTrafficReusesItsIndependentlyComputedBound) {
+  const std::string trace = scratch("synthetic_300_7.jsonl");
+  const std::string json = scratch("synthetic_300_7.json");
   const CliRun r = run_cli("sim --model " + kModel +
-                           " --trace synthetic:300:7 --backend none "
-                           "--gpu-quota 40GiB --host-quota 200GiB --quiet");
+                           " --trace synthetic:300:7 --backend none --attention-only "
+                           "--max-batch 1 --gpu-quota 400GiB --quiet --write-trace " +
+                           trace + " --json " + json);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* field : {"requests            300", "reused tokens", "SSM snapshot hits",
-                            "suspends / resumes", "peak GPU slots", "manager CPU / step"}) {
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  const uint64_t expected = brute_force_bound(trace);
+  EXPECT_GT(expected, 0u);
+  EXPECT_EQ(j["requests"].get<uint64_t>(), 300u);
+  EXPECT_EQ(j["reused_tokens"].get<uint64_t>(), expected);
+  for (const char* field : {"requests            300", "reused tokens", "suspends / resumes"})
     EXPECT_NE(r.out.find(field), std::string::npos) << field << "\n" << r.out;
-  }
+  std::remove(json.c_str());
+  std::remove(trace.c_str());
 }
 
 TEST(Sim, BadTracesNameTheLineAndStopCleanly) {

@@ -144,6 +144,8 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "tokens per request of the typical step that shapes the pool split");
   sim->add_option("--json", o.json, "write the report as JSON");
   sim->add_option("--svg", o.svg, "write a plot of reuse and memory over time");
+  sim->add_option("--write-trace", o.write_trace,
+                  "write the requests read (e.g. a synthetic trace) as Mooncake JSONL");
   sim->add_flag("--quiet", o.quiet, "no progress output");
 }
 
@@ -158,6 +160,10 @@ int run_sim_command(const SimOptions& o) {
                                                 ? synthetic_trace(o.trace)
                                                 : read_mooncake_trace(o.trace, o.limit);
   if (!trace) return fail(trace.status().message());
+  if (!o.write_trace.empty()) {
+    if (Status s = write_mooncake_trace(*trace, o.write_trace); !s)
+      return fail("--write-trace: " + s.message());
+  }
   Result<std::unique_ptr<HybridCacheManager>> created =
       HybridCacheManager::create(*model, *serving, *backend);
   if (!created) return fail(created.status().message());

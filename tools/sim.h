@@ -29,6 +29,7 @@ struct SimOptions {
                                 // simulated time per step with --arrival timestamps
   std::string json;
   std::string svg;
+  std::string write_trace;  // the requests read, as Mooncake JSONL
   bool quiet = false;
 };
 

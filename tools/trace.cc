@@ -127,6 +127,21 @@ Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec) {
   return out;
 }
 
+Status write_mooncake_trace(const std::vector<TraceRequest>& trace, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) return Status(StatusCode::kIoError, "cannot write '" + path + "'");
+  for (const TraceRequest& r : trace) {
+    nlohmann::json j;
+    j["timestamp"] = r.timestamp_ms;
+    j["input_length"] = r.input_length;
+    j["output_length"] = r.output_length;
+    j["hash_ids"] = r.hash_ids;
+    out << j.dump() << "\n";
+  }
+  if (!out) return Status(StatusCode::kIoError, "writing '" + path + "' failed");
+  return Status::ok();
+}
+
 uint64_t reuse_bound(const std::vector<TraceRequest>& trace) {
   // A trie over hash-id paths; each node keeps the most tokens any earlier prompt had in it.
   struct Node {

@@ -29,6 +29,10 @@ Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, u
 // that share a system prompt. `spec` is "synthetic:N[:seed]".
 Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec);
 
+// Writes the trace as Mooncake JSONL (timestamp, input_length, output_length, hash_ids), so that a
+// synthetic trace can be replayed or checked by other tools.
+Status write_mooncake_trace(const std::vector<TraceRequest>& trace, const std::string& path);
+
 // The reuse bound of DESIGN/traces README: for each request, the longest token prefix shared
 // with any earlier prompt, capped at input_length - 1; summed.
 uint64_t reuse_bound(const std::vector<TraceRequest>& trace);

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -118,7 +117,7 @@ class HybridCacheManager {
   // Frees everything the request holds; committed pages stay in the tree.
   Status free_request(uint64_t request_id);
   KvCache* cache(uint64_t request_id);
-  size_t num_requests() const { return requests_.size(); }
+  size_t num_requests() const;
 
   // --- snapshots ---
   // The next position after the request's history where a snapshot is taken (the engine ends
@@ -145,21 +144,17 @@ class HybridCacheManager {
   std::vector<NonFiniteReport> scan_non_finite(std::optional<uint64_t> request_id = {}) const;
 
  private:
-  struct Request {
-    std::unique_ptr<KvCache> cache;
-    std::vector<int32_t> prompt;
-    ReuseScope scope;
-    bool replay_reset_pending = true;  // its replay page has not been reset yet
-    std::vector<uint64_t> demand_points;
-  };
+  struct Request;   // one request's cache and prompt (hybrid_manager.cc)
+  struct Requests;  // requests by id
   HybridCacheManager() = default;
   Status lookup(uint64_t request_id, Request** out);
+  uint64_t next_policy_point(const Request& request, uint64_t after) const;
 
   ServingConfig serving_;
   std::unique_ptr<KvCacheManager> manager_;
   std::optional<CacheGroupId> state_group_;
   std::optional<CacheGroupId> replay_group_;
-  std::map<uint64_t, Request> requests_;
+  std::unique_ptr<Requests> requests_;
   std::vector<std::unique_ptr<KvCache>> dummies_;
   std::vector<bool> dummy_reset_pending_;
 };

@@ -53,31 +53,36 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+namespace status_detail {
+// Prints why and aborts: a Result's value was taken while it holds an error, or a Result was
+// built from an OK status (both are caller bugs, not expected outcomes).
+[[noreturn]] void die(const char* what, const Status& status);
+}  // namespace status_detail
+
 // A value or the Status that explains why there is none.
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
-    if (status_.is_ok())
-      status_ = Status(StatusCode::kInvalidArgument, "Result built from OK status");
+    if (status_.is_ok()) status_detail::die("Result built from an OK status", status_);
   }
 
   bool is_ok() const { return value_.has_value(); }
   explicit operator bool() const { return is_ok(); }
   const Status& status() const { return status_; }
 
-  // Requires: is_ok().
+  // Requires: is_ok(). Otherwise aborts, printing the status.
   const T& value() const& {
-    if (!value_) std::abort();
+    if (!value_) status_detail::die("Result::value() on an error", status_);
     return *value_;
   }
   T& value() & {
-    if (!value_) std::abort();
+    if (!value_) status_detail::die("Result::value() on an error", status_);
     return *value_;
   }
   T&& value() && {
-    if (!value_) std::abort();
+    if (!value_) status_detail::die("Result::value() on an error", status_);
     return std::move(*value_);
   }
   const T& operator*() const& { return value(); }

@@ -1,11 +1,24 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "hybridkv/hybrid.h"
 #include "hybridkv/units.h"
 
 namespace hybridkv {
+
+struct HybridCacheManager::Request {
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> prompt;
+  ReuseScope scope;
+  bool replay_reset_pending = true;  // its replay page has not been reset yet
+  std::vector<uint64_t> demand_points;
+};
+
+struct HybridCacheManager::Requests {
+  std::map<uint64_t, Request> by_id;
+};
 
 Result<std::unique_ptr<HybridCacheManager>> HybridCacheManager::create(
     const ModelDescription& model, const ServingConfig& serving, const BackendOptions& backend) {
@@ -32,6 +45,7 @@ Result<std::unique_ptr<HybridCacheManager>> HybridCacheManager::create(
   Result<std::unique_ptr<KvCacheManager>> manager = KvCacheManager::create(*config, backend);
   if (!manager) return manager.status();
   std::unique_ptr<HybridCacheManager> h(new HybridCacheManager());
+  h->requests_ = std::make_unique<Requests>();
   h->serving_ = serving;
   h->manager_ = std::move(manager).value();
   const StoragePlan& plan = h->manager_->plan();
@@ -56,26 +70,28 @@ Result<std::unique_ptr<HybridCacheManager>> HybridCacheManager::create(
 }
 
 HybridCacheManager::~HybridCacheManager() {
-  requests_.clear();
+  if (requests_) requests_->by_id.clear();
   dummies_.clear();
 }
 
+size_t HybridCacheManager::num_requests() const { return requests_->by_id.size(); }
+
 Status HybridCacheManager::lookup(uint64_t id, Request** out) {
-  auto it = requests_.find(id);
-  if (it == requests_.end())
+  auto it = requests_->by_id.find(id);
+  if (it == requests_->by_id.end())
     return Status::not_found("request " + std::to_string(id) + " is unknown");
   *out = &it->second;
   return Status::ok();
 }
 
 KvCache* HybridCacheManager::cache(uint64_t id) {
-  auto it = requests_.find(id);
-  return it == requests_.end() ? nullptr : it->second.cache.get();
+  auto it = requests_->by_id.find(id);
+  return it == requests_->by_id.end() ? nullptr : it->second.cache.get();
 }
 
 Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> prompt,
                                        ReuseScope scope) {
-  if (requests_.count(id)) {
+  if (requests_->by_id.count(id)) {
     return Status::invalid("request " + std::to_string(id) + " already exists");
   }
   CacheOptions o;
@@ -90,7 +106,7 @@ Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> pro
   // Demand-driven snapshots: block ends on this prompt's path where attention could have been
   // reused past the last snapshot (marked in the tree by earlier lookups, and this one).
   if (serving_.snapshots.demand_driven) r.demand_points = r.cache->reuse_match().demand_points;
-  requests_.emplace(id, std::move(r));
+  requests_->by_id.emplace(id, std::move(r));
   return Status::ok();
 }
 
@@ -122,7 +138,7 @@ Status HybridCacheManager::reprefill(uint64_t id) {
   r->cache.reset();
   Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(o);
   if (!cache) {
-    requests_.erase(id);
+    requests_->by_id.erase(id);
     return cache.status();
   }
   r->cache = std::move(cache).value();
@@ -136,31 +152,39 @@ Status HybridCacheManager::free_request(uint64_t id) {
   if (r->cache->state() != CacheState::kClosed) {
     if (Status s = r->cache->close(); !s) return s;
   }
-  requests_.erase(id);
+  requests_->by_id.erase(id);
   return Status::ok();
 }
 
-Result<uint64_t> HybridCacheManager::next_snapshot_point(uint64_t id) const {
-  auto it = requests_.find(id);
-  if (it == requests_.end())
-    return Status::not_found("request " + std::to_string(id) + " is unknown");
-  const Request& r = it->second;
-  const uint64_t history = r.cache->history();
-  const uint64_t prompt = r.prompt.size();
+// The first snapshot point of the policy after token `after`, or UINT64_MAX (the end of the
+// prompt is not included: callers treat it by final_prompt_boundary). The one place the policy
+// is evaluated.
+uint64_t HybridCacheManager::next_policy_point(const Request& r, uint64_t after) const {
   const SnapshotPolicy& p = serving_.snapshots;
-  uint64_t next = prompt;  // at the latest, the end of the prompt
+  const uint64_t prompt = r.prompt.size();
+  uint64_t next = UINT64_MAX;
   auto consider = [&](uint64_t point) {
-    if (point > history && point < next) next = point;
+    if (point > after && point < next) next = point;
   };
-  if (p.periodic_interval && *p.periodic_interval > 0) {
-    consider((history / *p.periodic_interval + 1) * *p.periodic_interval);
-  }
+  if (p.periodic_interval && *p.periodic_interval > 0)
+    consider((after / *p.periodic_interval + 1) * *p.periodic_interval);
   for (uint64_t o : p.offsets_from_start) consider(o);
   for (uint64_t o : p.offsets_from_end) {
     if (o < prompt) consider(prompt - o);
   }
   if (p.branch_point) consider(r.cache->reuse_match().divergence_tokens);
   for (uint64_t d : r.demand_points) consider(d);
+  return next;
+}
+
+Result<uint64_t> HybridCacheManager::next_snapshot_point(uint64_t id) const {
+  auto it = requests_->by_id.find(id);
+  if (it == requests_->by_id.end())
+    return Status::not_found("request " + std::to_string(id) + " is unknown");
+  const Request& r = it->second;
+  const uint64_t history = r.cache->history();
+  // At the latest, the end of the prompt.
+  const uint64_t next = std::min<uint64_t>(next_policy_point(r, history), r.prompt.size());
   return std::max(next, history);
 }
 
@@ -170,15 +194,8 @@ Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
   const uint64_t history = r->cache->history();
   const uint64_t committed = r->cache->committed_tokens();
   if (history <= committed || history > r->prompt.size()) return Status::ok();
-  const SnapshotPolicy& p = serving_.snapshots;
-  bool point = history == r->prompt.size() && p.final_prompt_boundary;
-  if (p.periodic_interval && *p.periodic_interval > 0 && history % *p.periodic_interval == 0)
-    point = true;
-  for (uint64_t o : p.offsets_from_start) point = point || o == history;
-  for (uint64_t o : p.offsets_from_end)
-    point = point || (o < r->prompt.size() && r->prompt.size() - o == history);
-  if (p.branch_point && r->cache->reuse_match().divergence_tokens == history) point = true;
-  for (uint64_t d : r->demand_points) point = point || d == history;
+  const bool point = (history == r->prompt.size() && serving_.snapshots.final_prompt_boundary) ||
+                     next_policy_point(*r, history - 1) == history;
   if (!point) return Status::ok();
   const std::span<const int32_t> prompt(r->prompt);
   return r->cache->commit(prompt.subspan(committed, history - committed));
@@ -210,7 +227,7 @@ Result<HybridCacheManager::Step> HybridCacheManager::prepare_step(
   }
   // Only now that the whole step is valid are the reset marks consumed.
   for (size_t i = 0; i < request_ids.size(); ++i) {
-    Request& r = requests_.at(request_ids[i]);
+    Request& r = requests_->by_id.at(request_ids[i]);
     if (r.replay_reset_pending && replay_group_ && step.entries[i].replay_index != kBadPageIndex) {
       step.replay_resets.push_back(step.entries[i].replay_index);
       r.replay_reset_pending = false;
@@ -300,7 +317,7 @@ std::vector<NonFiniteReport> HybridCacheManager::scan_non_finite(
       }
     }
   };
-  for (const auto& [id, r] : requests_) {
+  for (const auto& [id, r] : requests_->by_id) {
     if (!request_id || *request_id == id) scan_cache(*r.cache, id);
   }
   return out;

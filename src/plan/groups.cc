@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "plan/plan_internal.h"
+#include "util/blocks.h"
 
 namespace hybridkv::plan_detail {
 namespace {
@@ -33,7 +34,7 @@ void build_groups(const ManagerConfig& config, Structure& s) {
   std::map<GroupKey, std::vector<PendingBuffer>> by_key;
   const uint32_t tpb = config.tokens_per_block;
   for (const AttentionLayerConfig& layer : config.attention_layers) {
-    const uint32_t sinks = layer.sink_tokens ? (*layer.sink_tokens + tpb - 1) / tpb : 0;
+    const uint32_t sinks = layer.sink_tokens ? blocks_for(*layer.sink_tokens, tpb) : 0;
     for (size_t i = 0; i < layer.buffers.size(); ++i) {
       const BufferConfig& b = layer.buffers[i];
       if (b.bytes_per_page == 0) continue;  // dropped without changing the layer's policy
@@ -82,7 +83,7 @@ void build_groups(const ManagerConfig& config, Structure& s) {
     } else {
       // w + 1 consecutive tokens (the window and the token being computed) touch at most
       // ceil(w / tpb) + 1 blocks; sink blocks are kept besides.
-      group.one_request_slots = (*group.window + tpb - 1) / tpb + 1 + group.sink_blocks;
+      group.one_request_slots = blocks_for(*group.window, tpb) + 1 + group.sink_blocks;
     }
     s.groups.push_back(std::move(group));
   }

@@ -1,5 +1,8 @@
 #include "hybridkv/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace hybridkv {
 
 const char* status_code_name(StatusCode code) {
@@ -26,5 +29,12 @@ std::string Status::to_string() const {
   if (is_ok()) return "ok";
   return std::string(status_code_name(code_)) + ": " + message_;
 }
+
+namespace status_detail {
+void die(const char* what, const Status& status) {
+  std::fprintf(stderr, "hybridkv: %s: %s\n", what, status.to_string().c_str());
+  std::abort();
+}
+}  // namespace status_detail
 
 }  // namespace hybridkv

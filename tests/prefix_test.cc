@@ -1,0 +1,199 @@
+// prefix/ on its own, without a manager: the key index's deletion, tree pruning, deduplication
+// of offered pages, matching with hybrid pruning, and both block hashers.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "memory/backend.h"
+#include "prefix/prefix_index.h"
+
+namespace hybridkv::prefix {
+namespace {
+
+using storage::kGpuTier;
+using storage::PageId;
+using storage::Ref;
+
+BlockKey key_with_home(uint64_t home, uint8_t tag) {
+  BlockKey k{};
+  std::memcpy(k.data(), &home, sizeof(home));  // BlockKeyHash reads the first 8 bytes
+  k[31] = tag;
+  return k;
+}
+
+TEST(KeyIndex, DeletionKeepsEveryProbeChainIntact) {
+  // Keys that share a home slot form one probe chain; deleting from its middle must leave the
+  // rest findable (backward-shift deletion), also across the table's wrap-around.
+  KeyIndex index;
+  std::vector<BlockKey> keys;
+  for (uint8_t i = 0; i < 6; ++i) keys.push_back(key_with_home(1023, i));  // last slot: wraps
+  for (uint8_t i = 0; i < 6; ++i) keys.push_back(key_with_home(5, i));
+  for (size_t i = 0; i < keys.size(); ++i) index.insert(keys[i], NodeId(static_cast<uint32_t>(i)));
+  for (size_t i : {2u, 0u, 7u, 11u}) index.erase(keys[i]);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool erased = i == 2 || i == 0 || i == 7 || i == 11;
+    EXPECT_EQ(index.find(keys[i]), erased ? kNoNode : NodeId(static_cast<uint32_t>(i))) << i;
+  }
+  EXPECT_EQ(index.size(), keys.size() - 4);
+}
+
+TEST(KeyIndex, RandomInsertsAndErasesAgreeWithAReferenceSet) {
+  const char* env = std::getenv("HKV_SEED");
+  const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  KeyIndex index;
+  std::map<BlockKey, NodeId> reference;
+  for (int op = 0; op < 20000; ++op) {
+    const BlockKey k = key_with_home(rng() % 64, static_cast<uint8_t>(rng() % 8));
+    const auto it = reference.find(k);
+    if (it == reference.end()) {
+      index.insert(k, NodeId(static_cast<uint32_t>(op)));
+      reference[k] = NodeId(static_cast<uint32_t>(op));
+    } else {
+      index.erase(k);
+      reference.erase(it);
+    }
+  }
+  for (const auto& [k, id] : reference) EXPECT_EQ(index.find(k), id);
+  EXPECT_EQ(index.size(), reference.size());
+}
+
+TEST(RadixTree, PruningRemovesEmptyUnpinnedNodesUpToTheFirstKeptOne) {
+  RadixTree tree(1);
+  const NodeId root = tree.root(key_with_home(1, 0));
+  const std::vector<int32_t> tokens(4, 1);
+  const NodeId a = tree.add(root, key_with_home(2, 0), tokens, true);
+  const NodeId b = tree.add(a, key_with_home(3, 0), tokens, true);
+  const NodeId c = tree.add(b, key_with_home(4, 0), tokens, true);
+  const NodeId side = tree.add(a, key_with_home(5, 0), tokens, true);
+  tree.node(b).pins = 1;
+  tree.prune(c);  // c goes; b is pinned and stays
+  EXPECT_EQ(tree.find(key_with_home(4, 0)), kNoNode);
+  EXPECT_EQ(tree.find(key_with_home(3, 0)), b);
+  tree.node(b).pins = 0;
+  tree.prune(b);  // b goes; a keeps its other child
+  EXPECT_EQ(tree.find(key_with_home(3, 0)), kNoNode);
+  EXPECT_EQ(tree.find(key_with_home(2, 0)), a);
+  tree.prune(side);  // side, then a, go; the root is pinned for ever
+  EXPECT_EQ(tree.find(key_with_home(2, 0)), kNoNode);
+  EXPECT_EQ(tree.find(key_with_home(1, 0)), root);
+  EXPECT_EQ(tree.size(), 1u);
+}
+
+// An SSM layer and a full-attention layer, tokens_per_block 4, none backend.
+class PrefixIndexTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ManagerConfig c;
+    c.tokens_per_block = 4;
+    SsmLayerConfig ssm;
+    ssm.id = 0;
+    ssm.buffers = {{"ssm_state", 4096, {}, {}}};
+    AttentionLayerConfig full;
+    full.id = 1;
+    full.buffers = {{"key", 1024, {}, {}}, {"value", 1024, {}, {}}};
+    c.ssm_layers.push_back(ssm);
+    c.attention_layers.push_back(full);
+    c.tiers = {{TierKind::kGpu, 4ull << 20, ""}};
+    plan_ = std::make_unique<StoragePlan>(*StoragePlan::build(c));
+    backend_ = std::move(memory::make_backend({BackendKind::kNone})).value();
+    ASSERT_TRUE(backend_->allocate(*plan_).is_ok());
+    storage_ = std::make_unique<storage::Storage>(*plan_, backend_.get());
+    index_ = std::make_unique<PrefixIndex>(*plan_, *storage_);
+    ssm_ = *plan_->buffer_group_id(0, "ssm_state");
+    attn_ = *plan_->buffer_group_id(1, "key");
+  }
+  // Commits `blocks` full blocks of tokens 0, 1, 2, ... with attention pages, and snapshots at
+  // the ends of the blocks listed.
+  void commit(uint64_t blocks, std::vector<uint64_t> snapshots_after) {
+    NodeId parent = index_->root({});
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const NodeId node = index_->block_node(parent, std::span(tokens_).subspan(b * 4, 4),
+                                             b * 4, {}, /*full=*/true);
+      index_->publish(node, attn_, storage_->allocate(attn_, kGpuTier), 4);
+      if (std::find(snapshots_after.begin(), snapshots_after.end(), b) != snapshots_after.end())
+        index_->publish(node, ssm_, storage_->allocate(ssm_, kGpuTier), 4);
+      parent = node;
+    }
+  }
+
+  std::vector<int32_t> tokens_ = [] {
+    std::vector<int32_t> t(64);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i);
+    return t;
+  }();
+  std::unique_ptr<StoragePlan> plan_;
+  std::unique_ptr<memory::MemoryBackend> backend_;
+  std::unique_ptr<storage::Storage> storage_;
+  std::unique_ptr<PrefixIndex> index_;
+  CacheGroupId ssm_, attn_;
+};
+
+TEST_F(PrefixIndexTest, MatchIsPrunedBackToTheLastSnapshot) {
+  commit(6, {1, 3});  // KV for 24 tokens, snapshots after 8 and 16
+  BlockHasher hasher(BlockHash::kSha256);
+  const ReuseMatch m = index_->match(hasher, {}, std::span(tokens_).first(30), {}).match;
+  EXPECT_EQ(m.lookup_tokens, 29u);
+  EXPECT_EQ(m.divergence_tokens, 24u);  // six full blocks found by key
+  EXPECT_EQ(m.hybrid_tokens, 24u);      // attention covers all of them
+  EXPECT_EQ(m.reused_tokens, 16u);      // the SSM can only restore at its snapshot after 16
+  EXPECT_EQ(index_->check(), "");
+}
+
+TEST_F(PrefixIndexTest, OffersAreDeduplicatedAgainstTheTree) {
+  commit(1, {});
+  const NodeId node =
+      index_->block_node(index_->root({}), std::span(tokens_).first(4), 0, {}, true);
+  const PageId own = storage_->allocate(attn_, kGpuTier);
+  storage_->add_ref(own, Ref::kActive);
+  // The block holds an equal, complete page on the GPU: the cache adopts it.
+  const Offer offer = index_->offer(node, attn_, own, 4);
+  EXPECT_EQ(offer.result, OfferResult::kAdopt);
+  EXPECT_NE(offer.tree_page, own);
+  // A block with no page of the group takes the offered one.
+  const PageId snap = storage_->allocate(ssm_, kGpuTier);
+  storage_->add_ref(snap, Ref::kActive);
+  EXPECT_EQ(index_->offer(node, ssm_, snap, 4).result, OfferResult::kPublished);
+  EXPECT_EQ(storage_->page(snap).owner, node.value);
+  EXPECT_EQ(index_->check(), "");
+}
+
+TEST_F(PrefixIndexTest, ADroppedPageLeavesTheTreeAndEmptyNodesArePruned) {
+  commit(2, {});
+  EXPECT_EQ(index_->tree().size(), 3u);  // root and two blocks
+  // Evicting everything (one tier: DROPPABLE pages are dropped) empties the tree.
+  const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
+  storage_->make_room(kGpuTier, pg, storage_->total_slots(kGpuTier, pg));
+  EXPECT_EQ(index_->tree().size(), 1u);
+  EXPECT_EQ(index_->check(), "");
+  EXPECT_EQ(storage_->check(), "");
+}
+
+TEST(BlockHasher, BothKindsChainParentKeysAndSeparateScopes) {
+  for (BlockHash kind : {BlockHash::kSha256, BlockHash::kFastNonCryptographic}) {
+    BlockHasher h(kind);
+    const std::vector<int32_t> a = {1, 2, 3, 4}, b = {1, 2, 3, 5};
+    const BlockKey root = h.root({});
+    EXPECT_EQ(h.key(root, a), h.key(root, a));  // deterministic
+    EXPECT_NE(h.key(root, a), h.key(root, b));  // tokens matter
+    EXPECT_NE(h.key(root, a), h.key(h.key(root, a), a));  // the parent matters
+    ReuseScope salted;
+    salted.salt = 7;
+    EXPECT_NE(h.root({}), h.root(salted));  // scopes never share keys
+    const std::array<uint8_t, 32> digest{9};
+    EXPECT_NE(h.key(root, a), h.key(root, a, std::span(&digest, 1)));  // multimodal items count
+  }
+  BlockHasher sha(BlockHash::kSha256), fast(BlockHash::kFastNonCryptographic);
+  const std::vector<int32_t> a = {1, 2, 3, 4};
+  EXPECT_NE(sha.key(sha.root({}), a), fast.key(fast.root({}), a));  // different functions
+}
+
+}  // namespace
+}  // namespace hybridkv::prefix

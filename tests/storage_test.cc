@@ -1,0 +1,148 @@
+// storage/ on its own, without a manager: reference counts and states, eviction order
+// (priority, then least recently used), the tier cascade, and storage's own checker.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "memory/backend.h"
+#include "storage/storage.h"
+
+namespace hybridkv::storage {
+namespace {
+
+// One full-attention layer, 8 KiB slots: GPU 2 MiB = 256 slots, HOST 32 KiB = 4 slots.
+StoragePlan small_plan(bool with_host) {
+  ManagerConfig c;
+  c.tokens_per_block = 16;
+  AttentionLayerConfig a;
+  a.id = 0;
+  a.buffers = {{"key", 4096, {}, {}}, {"value", 4096, {}, {}}};
+  c.attention_layers.push_back(a);
+  c.tiers = {{TierKind::kGpu, 2ull << 20, ""}};
+  if (with_host) c.tiers.push_back({TierKind::kHost, 32ull << 10, ""});
+  return *StoragePlan::build(c);
+}
+
+// Records what storage reports about owned pages.
+struct Recorder : PageObserver {
+  std::vector<OwnerTag> dropped;
+  std::vector<OwnerTag> updated;
+  void on_page_dropped(PageId, OwnerTag owner, CacheGroupId) override {
+    dropped.push_back(owner);
+  }
+  void on_page_updated(PageId, OwnerTag owner, CacheGroupId) override {
+    updated.push_back(owner);
+  }
+};
+
+class StorageTest : public ::testing::Test {
+ protected:
+  void make(bool with_host) {
+    plan_ = std::make_unique<StoragePlan>(small_plan(with_host));
+    backend_ = std::move(memory::make_backend({BackendKind::kNone})).value();
+    ASSERT_TRUE(backend_->allocate(*plan_).is_ok());
+    storage_ = std::make_unique<Storage>(*plan_, backend_.get());
+    storage_->set_observer(&recorder_);
+  }
+  uint64_t gpu_slots() const { return storage_->total_slots(kGpuTier, pg_); }
+  uint64_t free_gpu() const { return storage_->free_slots(kGpuTier, pg_); }
+  // Fills every free GPU slot with pages owned by tag = allocation order.
+  std::vector<PageId> fill_owned() {
+    std::vector<PageId> ids;
+    while (free_gpu() > 0) {
+      ids.push_back(storage_->allocate(group_, kGpuTier));
+      storage_->set_owner(ids.back(), static_cast<OwnerTag>(ids.size() - 1));
+    }
+    return ids;
+  }
+
+  std::unique_ptr<StoragePlan> plan_;
+  std::unique_ptr<memory::MemoryBackend> backend_;
+  std::unique_ptr<Storage> storage_;
+  Recorder recorder_;
+  const CacheGroupId group_{0};
+  const PoolGroupId pg_{0};
+};
+
+TEST_F(StorageTest, StateFollowsReferencesAndOwner) {
+  make(false);
+  const PageId p = storage_->allocate(group_, kGpuTier);
+  storage_->add_ref(p, Ref::kActive);
+  EXPECT_EQ(storage_->page(p).state(), PageState::kLocked);
+  storage_->convert_ref(p, Ref::kActive, Ref::kSuspended);
+  EXPECT_EQ(storage_->page(p).state(), PageState::kHeld);
+  EXPECT_EQ(storage_->evictable_slots(kGpuTier, pg_), 1u);
+  storage_->set_owner(p, 7);
+  storage_->drop_ref(p, Ref::kSuspended);
+  EXPECT_EQ(storage_->page(p).state(), PageState::kDroppable);
+  EXPECT_EQ(storage_->check(), "");
+  // The owner lets go and nobody refers to it: released, its slot free again.
+  storage_->clear_owner(p);
+  EXPECT_FALSE(storage_->page(p).live);
+  EXPECT_EQ(free_gpu(), gpu_slots());
+  EXPECT_EQ(storage_->check(), "");
+}
+
+TEST_F(StorageTest, EvictionTakesLowestPriorityFirstThenLeastRecentlyUsed) {
+  make(false);
+  const std::vector<PageId> ids = fill_owned();
+  ASSERT_EQ(ids.size(), gpu_slots());
+  // Priorities: page 5 lowest (10), pages 2 and 9 next (20; 9 became evictable after 2 by
+  // being re-queued through the priority change), everything else default (35).
+  storage_->set_priority(ids[9], 20);
+  storage_->set_priority(ids[2], 20);
+  storage_->set_priority(ids[5], 10);
+  EXPECT_EQ(storage_->check(), "");
+  recorder_.dropped.clear();
+  storage_->make_room(kGpuTier, pg_, 5);
+  // 5 (priority 10), 9 then 2 (priority 20, in the order they joined that bucket), then the
+  // default-priority pages oldest first: 0, 1.
+  EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{5, 9, 2, 0, 1}));
+  EXPECT_EQ(free_gpu(), 5u);
+  EXPECT_EQ(storage_->check(), "");
+}
+
+TEST_F(StorageTest, HeldPagesCascadeToTheHostAndDroppablePagesDropOnTheLastTier) {
+  make(true);
+  // Four HELD pages (oldest first) and the rest DROPPABLE, all on the GPU.
+  std::vector<PageId> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(storage_->allocate(group_, kGpuTier));
+    storage_->add_ref(held.back(), Ref::kSuspended);
+  }
+  const std::vector<PageId> owned = fill_owned();
+  const TierIndex host(1);
+  ASSERT_EQ(storage_->total_slots(host, pg_), 4u);
+  // Making room for 6: the four HELD pages are oldest, so they go first, down to the host
+  // (they are never dropped); then two DROPPABLE pages move down only while the host has room:
+  // it is full, so they are dropped.
+  storage_->make_room(kGpuTier, pg_, 6);
+  for (PageId p : held) EXPECT_EQ(storage_->page(p).tier, TierKind::kHost);
+  EXPECT_EQ(storage_->stats().pages_offloaded, 4u);
+  EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{0, 1}));
+  EXPECT_EQ(free_gpu(), 6u);
+  // A HELD page on the host can come back to the GPU.
+  storage_->move(held[0], kGpuTier);
+  EXPECT_EQ(storage_->page(held[0]).tier, TierKind::kGpu);
+  EXPECT_EQ(storage_->stats().pages_onboarded, 1u);
+  EXPECT_EQ(storage_->check(), "");
+}
+
+TEST_F(StorageTest, MaxRoomCountsHeldPagesOnlyWhereAColderTierTakesThem) {
+  make(false);
+  for (uint64_t i = 0; i < gpu_slots(); ++i) {
+    storage_->add_ref(storage_->allocate(group_, kGpuTier), Ref::kSuspended);
+  }
+  // One tier: HELD pages can never be dropped, so there is no room at all.
+  EXPECT_EQ(storage_->max_room(kGpuTier, pg_, storage_->empty_exclusions()), 0u);
+}
+
+TEST_F(StorageTest, CheckerFindsAPageWithNoHolder) {
+  make(false);
+  (void)storage_->allocate(group_, kGpuTier);  // nobody took a reference or ownership
+  EXPECT_NE(storage_->check().find("no holder"), std::string::npos) << storage_->check();
+}
+
+}  // namespace
+}  // namespace hybridkv::storage

@@ -467,8 +467,10 @@ TEST_F(Lifecycle, ConcurrentRequestsOnThreadsAllComplete) {
           }
         }
         ok = ok && r.cache->close().is_ok();
-        if (ok) ++completed;
-        else failed = true;
+        if (ok)
+          ++completed;
+        else
+          failed = true;
       }
     });
   }

@@ -2,11 +2,11 @@
 // of offered pages, matching with hybrid pruning, and both block hashers.
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -115,8 +115,8 @@ class PrefixIndexTest : public ::testing::Test {
   void commit(uint64_t blocks, std::vector<uint64_t> snapshots_after) {
     NodeId parent = index_->root({});
     for (uint64_t b = 0; b < blocks; ++b) {
-      const NodeId node = index_->block_node(parent, std::span(tokens_).subspan(b * 4, 4),
-                                             b * 4, {}, /*full=*/true);
+      const NodeId node = index_->block_node(parent, std::span(tokens_).subspan(b * 4, 4), b * 4,
+                                             {}, /*full=*/true);
       index_->publish(node, attn_, storage_->allocate(attn_, kGpuTier), 4);
       if (std::find(snapshots_after.begin(), snapshots_after.end(), b) != snapshots_after.end())
         index_->publish(node, ssm_, storage_->allocate(ssm_, kGpuTier), 4);
@@ -170,7 +170,7 @@ TEST_F(PrefixIndexTest, ADroppedPageLeavesTheTreeAndEmptyNodesArePruned) {
   EXPECT_EQ(index_->tree().size(), 3u);  // root and two blocks
   // Evicting everything (one tier: DROPPABLE pages are dropped) empties the tree.
   const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
-  storage_->make_room(kGpuTier, pg, storage_->total_slots(kGpuTier, pg));
+  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).total);
   EXPECT_EQ(index_->tree().size(), 1u);
   EXPECT_EQ(index_->check(), "");
   EXPECT_EQ(storage_->check(), "");
@@ -181,8 +181,8 @@ TEST(BlockHasher, BothKindsChainParentKeysAndSeparateScopes) {
     BlockHasher h(kind);
     const std::vector<int32_t> a = {1, 2, 3, 4}, b = {1, 2, 3, 5};
     const BlockKey root = h.root({});
-    EXPECT_EQ(h.key(root, a), h.key(root, a));  // deterministic
-    EXPECT_NE(h.key(root, a), h.key(root, b));  // tokens matter
+    EXPECT_EQ(h.key(root, a), h.key(root, a));            // deterministic
+    EXPECT_NE(h.key(root, a), h.key(root, b));            // tokens matter
     EXPECT_NE(h.key(root, a), h.key(h.key(root, a), a));  // the parent matters
     ReuseScope salted;
     salted.salt = 7;

@@ -28,12 +28,8 @@ StoragePlan small_plan(bool with_host) {
 struct Recorder : PageObserver {
   std::vector<OwnerTag> dropped;
   std::vector<OwnerTag> updated;
-  void on_page_dropped(PageId, OwnerTag owner, CacheGroupId) override {
-    dropped.push_back(owner);
-  }
-  void on_page_updated(PageId, OwnerTag owner, CacheGroupId) override {
-    updated.push_back(owner);
-  }
+  void on_page_dropped(PageId, OwnerTag owner, CacheGroupId) override { dropped.push_back(owner); }
+  void on_page_updated(PageId, OwnerTag owner, CacheGroupId) override { updated.push_back(owner); }
 };
 
 class StorageTest : public ::testing::Test {
@@ -45,8 +41,8 @@ class StorageTest : public ::testing::Test {
     storage_ = std::make_unique<Storage>(*plan_, backend_.get());
     storage_->set_observer(&recorder_);
   }
-  uint64_t gpu_slots() const { return storage_->total_slots(kGpuTier, pg_); }
-  uint64_t free_gpu() const { return storage_->free_slots(kGpuTier, pg_); }
+  uint64_t gpu_slots() const { return storage_->counts(kGpuTier, pg_).total; }
+  uint64_t free_gpu() const { return storage_->counts(kGpuTier, pg_).free; }
   // Fills every free GPU slot with pages owned by tag = allocation order.
   std::vector<PageId> fill_owned() {
     std::vector<PageId> ids;
@@ -72,7 +68,7 @@ TEST_F(StorageTest, StateFollowsReferencesAndOwner) {
   EXPECT_EQ(storage_->page(p).state(), PageState::kLocked);
   storage_->convert_ref(p, Ref::kActive, Ref::kSuspended);
   EXPECT_EQ(storage_->page(p).state(), PageState::kHeld);
-  EXPECT_EQ(storage_->evictable_slots(kGpuTier, pg_), 1u);
+  EXPECT_EQ(storage_->counts(kGpuTier, pg_).evictable, 1u);
   storage_->set_owner(p, 7);
   storage_->drop_ref(p, Ref::kSuspended);
   EXPECT_EQ(storage_->page(p).state(), PageState::kDroppable);
@@ -113,7 +109,7 @@ TEST_F(StorageTest, HeldPagesCascadeToTheHostAndDroppablePagesDropOnTheLastTier)
   }
   const std::vector<PageId> owned = fill_owned();
   const TierIndex host(1);
-  ASSERT_EQ(storage_->total_slots(host, pg_), 4u);
+  ASSERT_EQ(storage_->counts(host, pg_).total, 4u);
   // Making room for 6: the four HELD pages are oldest, so they go first, down to the host
   // (they are never dropped); then two DROPPABLE pages move down only while the host has room:
   // it is full, so they are dropped.

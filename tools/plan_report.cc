@@ -35,12 +35,8 @@ std::string with_commas(uint64_t v) {
   return out;
 }
 
-}  // namespace
-
-json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
-  const ManagerConfig& c = plan.config();
-  json j;
-  j["model"] = {
+json model_json(const ModelDescription& model) {
+  return {
       {"source", model.source},
       {"model_type", model.model_type},
       {"family", model.family},
@@ -58,11 +54,9 @@ json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
       {"ssm_bytes_per_sequence", model.ssm_bytes_per_sequence()},
       {"conv_bytes_per_sequence", model.conv_bytes_per_sequence()},
   };
-  j["config"] = {
-      {"tokens_per_block", c.tokens_per_block},
-      {"max_util_for_resume", c.max_util_for_resume},
-      {"enable_block_reuse", c.enable_block_reuse},
-      {"max_live_kv_caches", c.max_live_kv_caches ? json(*c.max_live_kv_caches) : json()}};
+}
+
+json groups_json(const StoragePlan& plan) {
   json groups = json::array();
   for (const CacheGroup& g : plan.cache_groups()) {
     json buffers = json::array();
@@ -86,7 +80,10 @@ json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
                       {"one_request_slots", g.one_request_slots},
                       {"buffers", buffers}});
   }
-  j["cache_groups"] = groups;
+  return groups;
+}
+
+json pool_groups_json(const StoragePlan& plan) {
   json pools = json::array();
   for (const PoolGroup& pg : plan.pool_groups()) {
     json reasons = json::array();
@@ -109,7 +106,10 @@ json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
                      {"floor_slots", pg.floor_slots},
                      {"floor_reasons", reasons}});
   }
-  j["pool_groups"] = pools;
+  return pools;
+}
+
+json tiers_json(const StoragePlan& plan) {
   json tiers = json::array();
   for (const TierPlan& t : plan.tiers()) {
     json slots = json::array();
@@ -126,7 +126,23 @@ json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
                      {"bytes_used", t.bytes_used},
                      {"pool_groups", slots}});
   }
-  j["tiers"] = tiers;
+  return tiers;
+}
+
+}  // namespace
+
+json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
+  const ManagerConfig& c = plan.config();
+  json j;
+  j["model"] = model_json(model);
+  j["config"] = {
+      {"tokens_per_block", c.tokens_per_block},
+      {"max_util_for_resume", c.max_util_for_resume},
+      {"enable_block_reuse", c.enable_block_reuse},
+      {"max_live_kv_caches", c.max_live_kv_caches ? json(*c.max_live_kv_caches) : json()}};
+  j["cache_groups"] = groups_json(plan);
+  j["pool_groups"] = pool_groups_json(plan);
+  j["tiers"] = tiers_json(plan);
   const std::optional<uint64_t> tokens = plan.gpu_kv_tokens();
   const std::optional<uint64_t> longest = plan.max_request_tokens();
   j["gpu_kv_tokens"] = tokens ? json(*tokens) : json();

@@ -1,6 +1,6 @@
 // The invariant checker of the whole manager (DESIGN §9) and the metadata snapshot.
-#include <map>
 #include <sstream>
+#include <vector>
 
 #include "cache/manager_core.h"
 
@@ -17,7 +17,8 @@ std::string ManagerCore::check_locked() const {
   std::string err = storage_.check();
   if (err.empty()) err = index_.check();
   if (!err.empty()) return err;
-  std::map<uint32_t, std::pair<uint32_t, uint32_t>> refs;  // page -> (active, suspended)
+  // By page: (active, suspended) references the caches hold.
+  std::vector<std::pair<uint32_t, uint32_t>> refs(storage_.page_capacity(), {0, 0});
   uint64_t live = 0, active = 0;
   for (uint32_t id = 0; id < caches_.size(); ++id) {
     const CacheRecord& rec = caches_[id];
@@ -44,9 +45,7 @@ std::string ManagerCore::check_locked() const {
   for (uint32_t i = 0; i < storage_.page_capacity(); ++i) {
     const storage::Page& p = storage_.page(PageId(i));
     if (!p.live) continue;
-    const auto it = refs.find(i);
-    const uint32_t a = it == refs.end() ? 0 : it->second.first;
-    const uint32_t s = it == refs.end() ? 0 : it->second.second;
+    const auto [a, s] = refs[i];
     if (p.active_refs != a || p.suspended_refs != s) {
       return "page " + std::to_string(i) + " counts (" + std::to_string(p.active_refs) + ", " +
              std::to_string(p.suspended_refs) + ") != holders (" + std::to_string(a) + ", " +

@@ -152,6 +152,7 @@ class ManagerCore {
   uint64_t live_caches_ = 0;  // ACTIVE + SUSPENDED records
   uint64_t active_caches_ = 0;
   bool shut_down_ = false;
+  mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
 };
 
 template <typename Fn>

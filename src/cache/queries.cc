@@ -79,9 +79,8 @@ StorageStats ManagerCore::storage_stats() const {
     const TierIndex tier(t);
     TierStorage ts{storage_.tier_kind(tier), {}};
     for (const PoolGroup& pg : plan_.pool_groups()) {
-      ts.pool_groups.push_back({pg.id, storage_.total_slots(tier, pg.id),
-                                storage_.free_slots(tier, pg.id),
-                                storage_.evictable_slots(tier, pg.id)});
+      const storage::Storage::SlotCounts n = storage_.counts(tier, pg.id);
+      ts.pool_groups.push_back({pg.id, n.total, n.free, n.evictable});
     }
     out.tiers.push_back(std::move(ts));
   }

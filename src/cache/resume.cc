@@ -51,9 +51,9 @@ ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool 
 Status ManagerCore::utilization_gate(uint32_t id, const ResumeNeeds& needs) const {
   const double util = plan_.config().max_util_for_resume;
   for (const PoolGroup& pg : plan_.pool_groups()) {
-    const uint64_t total = storage_.total_slots(kGpuTier, pg.id);
-    const uint64_t locked =
-        total - storage_.free_slots(kGpuTier, pg.id) - storage_.evictable_slots(kGpuTier, pg.id);
+    const storage::Storage::SlotCounts n = storage_.counts(kGpuTier, pg.id);
+    const uint64_t total = n.total;
+    const uint64_t locked = n.total - n.free - n.evictable;
     const uint64_t after = locked + needs.pages[pg.id.value] + needs.own_queued[pg.id.value];
     const uint64_t usable = plan_detail::usable_slots(total, util);
     if (after > usable) {

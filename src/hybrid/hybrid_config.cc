@@ -72,9 +72,8 @@ void add_replay(const ModelLayer& l, const ServingConfig& s, const ModelDescript
   if (first) add("replay_meta", 16, DType::kUINT8);
 }
 
-}  // namespace
-
-Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const ServingConfig& s) {
+// Errors of the serving settings against the model, joined; OK when there are none.
+Status check_serving(const ModelDescription& model, const ServingConfig& s) {
   std::vector<std::string> errors;
   if (s.max_batch == 0) errors.push_back("max_batch 0 must be > 0");
   if (s.pp_size == 0) errors.push_back("pp_size 0 must be > 0");
@@ -100,14 +99,16 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
     for (const std::string& e : errors) message += (message.empty() ? "" : "; ") + e;
     return Status::invalid(message);
   }
+  return Status::ok();
+}
 
-  // This rank's contiguous share of the base layers; MTP layers go to the last rank.
+// This rank's contiguous share of the base layers (with replay buffers where the family has
+// them); MTP layers go to the last rank.
+void add_rank_layers(const ModelDescription& model, const ServingConfig& s, ManagerConfig& c) {
   const uint32_t L = model.num_model_layers;
   const uint32_t begin = static_cast<uint32_t>(static_cast<uint64_t>(L) * s.pp_rank / s.pp_size);
   const uint32_t end =
       static_cast<uint32_t>(static_cast<uint64_t>(L) * (s.pp_rank + 1) / s.pp_size);
-  ManagerConfig c;
-  c.tokens_per_block = s.tokens_per_block;
   const uint32_t tpb = s.tokens_per_block == 0 ? 1 : s.tokens_per_block;
   const std::vector<AttentionLayerConfig> attention = model.attention_layer_configs(tpb);
   const std::vector<SsmLayerConfig> ssm = model.ssm_layer_configs();
@@ -140,6 +141,16 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
       c.attention_layers.push_back(std::move(a));
     }
   }
+}
+
+}  // namespace
+
+Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const ServingConfig& s) {
+  if (Status v = check_serving(model, s); !v) return v;
+  ManagerConfig c;
+  c.tokens_per_block = s.tokens_per_block;
+  const uint32_t tpb = s.tokens_per_block == 0 ? 1 : s.tokens_per_block;
+  add_rank_layers(model, s, c);
   c.tiers = s.tiers;
   c.max_util_for_resume = s.max_util_for_resume;
   c.max_live_kv_caches = static_cast<uint32_t>(max_live_caches(s));

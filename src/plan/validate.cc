@@ -89,19 +89,7 @@ void check_batch(const std::string& label, const BatchShape& batch, Errors& erro
   }
 }
 
-}  // namespace
-
-std::vector<std::string> config_errors(const ManagerConfig& c) {
-  Errors errors;
-  if (c.tokens_per_block == 0) {
-    errors.add("tokens_per_block 0 must be > 0");
-  } else if (c.tokens_per_block > kMaxTokensPerBlock) {
-    errors.add("tokens_per_block ", c.tokens_per_block, " exceeds ", kMaxTokensPerBlock);
-  }
-  if (c.attention_layers.empty() && c.ssm_layers.empty()) {
-    errors.add("attention_layers and ssm_layers are both empty: the model has no cache layers");
-  }
-
+void check_layers(const ManagerConfig& c, Errors& errors) {
   std::map<LayerId, std::string> seen;
   auto note_id = [&](const std::string& label, LayerId id) {
     if (id < 0) errors.add(label, ": id ", id, " must be >= 0");
@@ -130,7 +118,9 @@ std::vector<std::string> config_errors(const ManagerConfig& c) {
     note_id(label, l.id);
     check_buffers(label, l.buffers, errors);
   }
+}
 
+void check_tiers(const ManagerConfig& c, Errors& errors) {
   if (c.tiers.empty()) errors.add("tiers must not be empty: a GPU tier is required");
   std::set<TierKind> kinds;
   for (size_t i = 0; i < c.tiers.size(); ++i) {
@@ -154,7 +144,9 @@ std::vector<std::string> config_errors(const ManagerConfig& c) {
       errors.add(at, ": path '", t.path, "' is only meaningful for DISK");
     }
   }
+}
 
+void check_knobs(const ManagerConfig& c, Errors& errors) {
   if (!(c.max_util_for_resume > 0.0 && c.max_util_for_resume <= 1.0)) {
     errors.add("max_util_for_resume ", c.max_util_for_resume, " must be in (0, 1]");
   }
@@ -182,6 +174,23 @@ std::vector<std::string> config_errors(const ManagerConfig& c) {
                  " requests exceed max_live_kv_caches ", *c.max_live_kv_caches);
     }
   }
+}
+
+}  // namespace
+
+std::vector<std::string> config_errors(const ManagerConfig& c) {
+  Errors errors;
+  if (c.tokens_per_block == 0) {
+    errors.add("tokens_per_block 0 must be > 0");
+  } else if (c.tokens_per_block > kMaxTokensPerBlock) {
+    errors.add("tokens_per_block ", c.tokens_per_block, " exceeds ", kMaxTokensPerBlock);
+  }
+  if (c.attention_layers.empty() && c.ssm_layers.empty()) {
+    errors.add("attention_layers and ssm_layers are both empty: the model has no cache layers");
+  }
+  check_layers(c, errors);
+  check_tiers(c, errors);
+  check_knobs(c, errors);
   return errors.take();
 }
 

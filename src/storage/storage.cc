@@ -35,14 +35,9 @@ void Storage::exclude(Exclusions& excluded, PageId id) const {
   if (p.queue != QueueKind::kNone) ++excluded[p.tier_index.value][p.pool_group.value];
 }
 
-uint64_t Storage::total_slots(TierIndex tier, PoolGroupId pg) const {
-  return slots(tier, pg).total;
-}
-uint64_t Storage::free_slots(TierIndex tier, PoolGroupId pg) const {
-  return slots(tier, pg).free.size();
-}
-uint64_t Storage::evictable_slots(TierIndex tier, PoolGroupId pg) const {
-  return slots(tier, pg).held.size() + slots(tier, pg).droppable.size();
+Storage::SlotCounts Storage::counts(TierIndex tier, PoolGroupId pg) const {
+  const PoolSlots& s = slots(tier, pg);
+  return {s.total, s.free.size(), s.held.size() + s.droppable.size()};
 }
 
 uint64_t Storage::max_room(TierIndex tier, PoolGroupId pg, const Exclusions& excluded) const {

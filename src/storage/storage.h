@@ -48,16 +48,18 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   void set_observer(PageObserver* observer) { observer_ = observer; }
-  const StoragePlan& plan() const { return plan_; }
   size_t num_tiers() const { return tiers_.size(); }
   TierKind tier_kind(TierIndex tier) const { return tiers_[tier.value].kind; }
   Exclusions empty_exclusions() const;
   // Counts a queued page of an operation's own caches as no room for it.
   void exclude(Exclusions& excluded, PageId id) const;
 
-  uint64_t total_slots(TierIndex tier, PoolGroupId pg) const;
-  uint64_t free_slots(TierIndex tier, PoolGroupId pg) const;
-  uint64_t evictable_slots(TierIndex tier, PoolGroupId pg) const;
+  struct SlotCounts {
+    uint64_t total = 0;
+    uint64_t free = 0;
+    uint64_t evictable = 0;  // HELD and DROPPABLE pages in the queues
+  };
+  SlotCounts counts(TierIndex tier, PoolGroupId pg) const;
   // The most free slots that evictions could make on (tier, pg), own pages excluded.
   uint64_t max_room(TierIndex tier, PoolGroupId pg, const Exclusions& excluded) const;
   // Requires: max_room(tier, pg, none) >= n. Evicts until n slots are free.
@@ -88,7 +90,6 @@ class Storage {
   void copy_page(PageId src, PageId dst);
   // Submits the copies collected since the last flush; returns their event.
   CopyEvent flush();
-  void wait(CopyEvent event) { backend_->wait(event); }
 
   const Page& page(PageId id) const { return pages_[id.value]; }
   size_t page_capacity() const { return pages_.size(); }
@@ -130,7 +131,8 @@ class Storage {
   void notify_updated(PageId id);
   void drop(PageId id);
   void release(PageId id);
-  std::string check_pool(TierIndex tier, const PoolGroup& pg) const;
+  std::string check_pool(TierIndex tier, const PoolGroup& pg,
+                         const std::vector<uint32_t>& page_ids) const;
 
   StoragePlan plan_;
   memory::MemoryBackend* backend_;

@@ -7,7 +7,8 @@
 
 namespace hybridkv::storage {
 
-std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg) const {
+std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg,
+                                const std::vector<uint32_t>& page_ids) const {
   std::ostringstream err;
   const PoolSlots& s = slots(tier, pg.id);
   const char* tier_name = tier_kind_name(tier_kind(tier));
@@ -16,11 +17,9 @@ std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg) const {
     if (f.value >= s.total) return "free slot out of range";
     if (owner[f.value]++) return "slot on the free list twice";
   }
-  uint64_t used = 0;
-  for (uint32_t i = 0; i < pages_.size(); ++i) {
+  const uint64_t used = page_ids.size();
+  for (uint32_t i : page_ids) {
     const Page& p = pages_[i];
-    if (!p.live || p.tier_index != tier || p.pool_group != pg.id) continue;
-    ++used;
     if (p.tier != tier_kind(tier)) return "page " + std::to_string(i) + ": tier kind is off";
     if (p.slot.value >= s.total || owner[p.slot.value]++) {
       err << "page " << i << ": slot " << p.slot.value << " on " << tier_name << " pool group "
@@ -58,9 +57,16 @@ std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg) const {
 }
 
 std::string Storage::check() const {
+  // Live pages by (tier, pool group), in one pass.
+  const size_t num_pg = plan_.pool_groups().size();
+  std::vector<std::vector<uint32_t>> by_pool(tiers_.size() * num_pg);
+  for (uint32_t i = 0; i < pages_.size(); ++i) {
+    const Page& p = pages_[i];
+    if (p.live) by_pool[p.tier_index.value * num_pg + p.pool_group.value].push_back(i);
+  }
   for (uint32_t t = 0; t < tiers_.size(); ++t) {
     for (const PoolGroup& pg : plan_.pool_groups()) {
-      std::string err = check_pool(TierIndex(t), pg);
+      std::string err = check_pool(TierIndex(t), pg, by_pool[t * num_pg + pg.id.value]);
       if (!err.empty()) return err;
     }
   }

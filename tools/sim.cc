@@ -176,9 +176,11 @@ int run_sim_command(const SimOptions& o) {
     engine->set_sampled_writes(16);
     engine->set_sampled_check(16);
   }
+  const std::vector<uint64_t> bound = reuse_bound(*trace);
   const auto started = std::chrono::steady_clock::now();
-  const SimCounters counters = run_scheduler(o, *trace, h, engine.get());
+  const SimCounters counters = run_scheduler(o, *trace, bound, h, engine.get());
   if (!counters.error.empty()) return fail(counters.error);
+  h.manager().synchronize();  // the wall time includes draining queued copies
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report(o, *model, *trace, h, counters, engine.get(), seconds);

@@ -13,11 +13,14 @@
 
 namespace hybridkv::tools {
 
-// A point of the plot: reuse so far and GPU use after a step.
+// A point of the plot, after a step: tokens reused so far, what unlimited memory would have
+// reused of the same admitted prompts (the bound), and each pool group's share of its GPU slots
+// in use.
 struct Sample {
-  uint64_t step;
-  double reuse_share;
-  double gpu_used;
+  uint64_t step = 0;
+  uint64_t reused = 0;
+  uint64_t bound = 0;
+  std::vector<double> gpu_used;  // by pool group
 };
 
 // What a run counted.
@@ -25,11 +28,17 @@ struct SimCounters {
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;
   uint64_t reused_tokens = 0;
-  uint64_t suspends = 0;
-  uint64_t resumes = 0;
+  uint64_t suspends = 0;           // preemptions that kept the request's pages (swap)
+  uint64_t resumes = 0;            // ... and their resumes (never more than suspends)
+  uint64_t recomputes = 0;         // preemptions that freed the request (it is recomputed)
+  uint64_t failed_admissions = 0;  // new requests that could not resume yet (tried again)
+  uint64_t skipped = 0;            // requests longer than one request can be on the GPU
+  uint64_t skipped_longest = 0;    // tokens of the longest skipped request
+  uint64_t bound_tokens = 0;       // the reuse bound of the admitted requests
   uint64_t mismatches = 0;
   uint64_t bytes_offloaded = 0;
   uint64_t bytes_onboarded = 0;
+  uint64_t bytes_offload_cancelled = 0;  // offloads whose page died before the copy ran
   uint64_t pages_dropped = 0;
   uint64_t device_copies = 0;
   std::vector<double> step_us;  // manager CPU time per step
@@ -39,13 +48,19 @@ struct SimCounters {
 };
 
 // Runs the scheduler loop over the trace; `engine` (may be null) writes and checks pages.
+// `bound` is reuse_bound(requests).
 SimCounters run_scheduler(const SimOptions& options, const std::vector<TraceRequest>& requests,
-                          HybridCacheManager& manager, testing::FakeEngine* engine);
+                          const std::vector<uint64_t>& bound, HybridCacheManager& manager,
+                          testing::FakeEngine* engine);
 
 // Prints the report and writes --json / --svg; returns the exit code.
 int report(const SimOptions& options, const ModelDescription& model,
            const std::vector<TraceRequest>& requests, HybridCacheManager& manager,
            const SimCounters& counters, const testing::FakeEngine* engine, double seconds);
+
+// The --svg plot (sim_plot.cc).
+std::string svg_plot(const std::vector<Sample>& samples,
+                     const std::vector<std::string>& pool_group_names, const std::string& title);
 
 // "hybridkv sim: <message>" on stderr; returns 2.
 int fail(const std::string& message);

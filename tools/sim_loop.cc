@@ -1,12 +1,21 @@
-// The scheduler loop of `hybridkv sim`: arrivals, LIFO resumption of suspended requests,
-// admission, one step of chunked prefill (ending chunks at snapshot points) and decode, and
-// preemption of the most recently admitted request under memory pressure.
+// The scheduler loop of `hybridkv sim`, as a serving engine runs one: arrivals, resumption of
+// preempted requests oldest first, admission, one step of chunked prefill (chunks end at snapshot
+// points) and decode, and preemption under memory pressure.
+//
+// Progress is guaranteed: requests keep the priority of their first admission; a request is only
+// ever preempted for an older one (or for itself), so the oldest running request always gets
+// memory: the newest running requests give way first; then suspended requests whose pages sit
+// on the GPU are freed for recompute; requests longer than the GPU tier can hold for one request
+// are skipped (and reported). Resumption and admission ask can_resume() first, so a refusal
+// costs nothing. A window of steps in which no request computed a new token stops the run with
+// an error naming the cause, whatever went wrong.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <optional>
 
 #include "sim_internal.h"
 
@@ -14,26 +23,39 @@ namespace hybridkv::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr uint64_t kNoOrder = UINT64_MAX;
+// Steps without a newly computed token before the run is declared stuck. A healthy run computes
+// tokens every step (every running request decodes or prefills).
+constexpr uint64_t kStuckSteps = 1000;
+
+struct Waiting {
+  uint64_t index = 0;
+  uint64_t order = kNoOrder;  // first-admission order; kNoOrder: never admitted
+  uint64_t high_water = 0;    // most tokens ever computed for it
+};
 
 struct Running {
-  uint64_t index;
+  uint64_t index = 0;
+  uint64_t order = 0;
+  uint64_t high_water = 0;
   uint64_t generated = 0;
-  uint64_t admitted_at = 0;  // admission order, for LIFO preemption
   testing::FakeRequest fake;
 };
 
+bool older(const Running& a, const Running& b) { return a.order < b.order; }
+
 class Scheduler {
  public:
-  Scheduler(const SimOptions& o, const std::vector<TraceRequest>& reqs, HybridCacheManager& h,
-            testing::FakeEngine* engine)
-      : o_(o), reqs_(reqs), h_(h), engine_(engine) {
-    c_.peak.assign(h.plan().pool_groups().size(), 0);
+  Scheduler(const SimOptions& o, const std::vector<TraceRequest>& reqs,
+            const std::vector<uint64_t>& bound, HybridCacheManager& h, testing::FakeEngine* engine)
+      : o_(o), reqs_(reqs), bound_(bound), h_(h), engine_(engine) {
+    longest_ = h.manager().clamp_max_seq_len_for_mem(UINT64_MAX);
+    preempt_by_swap_ = h.plan().tiers().size() > 1;  // a colder tier can take suspended pages
   }
 
   SimCounters run();
 
  private:
-  // Runs fn, adding its wall time to the step's manager time.
   template <typename Fn>
   auto timed(Fn&& fn) {
     const auto t0 = Clock::now();
@@ -42,224 +64,327 @@ class Scheduler {
     return r;
   }
   void check(const Status& s, const char* what) {
-    if (!s.is_ok() && c_.error.empty()) c_.error = std::string(what) + ": " + s.to_string();
-    if (!s.is_ok()) ++c_.mismatches;
+    if (s.is_ok()) return;
+    if (c_.error.empty()) c_.error = std::string(what) + ": " + s.to_string();
+    ++c_.mismatches;
   }
-  std::vector<int32_t> all_tokens(uint64_t index) const;
+  void arrivals();
   void resume_suspended();
-  void admit_new();
-  // One request's share of the step; false when it was preempted (the caller retries i).
-  bool advance(size_t& i, uint64_t& budget);
-  void preempt_for(size_t& i);
-  void finish(size_t i, KvCache& cache);
+  void admit();
+  bool create(Running& r, const Waiting& w);
+  void step();
+  // running_[i]'s share of the step; false when it left running_ (finished or preempted).
+  bool advance(size_t i, uint64_t& budget);
+  // Makes room for `for_request` (preempting newer requests or freeing suspended ones).
+  bool preempt_for(const Running& for_request);
+  void suspend(Running& victim);
+  void recompute(Running victim);
+  void finish(Running& r);
   void record_step();
-  void progress();
+  void progress(bool last);
+  std::string stuck_message() const;
 
   const SimOptions& o_;
   const std::vector<TraceRequest>& reqs_;
+  const std::vector<uint64_t>& bound_;
   HybridCacheManager& h_;
   testing::FakeEngine* engine_;
+  uint64_t longest_ = 0;  // the longest request the GPU tier holds
+  bool preempt_by_swap_ = false;
   SimCounters c_;
-  std::deque<uint64_t> waiting_;
-  std::vector<Running> running_;
-  std::vector<Running> suspended_;  // a stack: last in, first out
-  uint64_t next_arrival_ = 0, finished_ = 0, clock_ms_ = 0, admitted_ = 0;
+  std::deque<Waiting> waiting_;  // by order, never-admitted requests last in arrival order
+  std::optional<Running> admitting_;  // created, waiting for room to resume
+  std::vector<Running> running_;      // oldest first
+  std::vector<Running> suspended_;    // oldest first
+  uint64_t next_arrival_ = 0, finished_ = 0, clock_ms_ = 0, next_order_ = 0;
+  uint64_t steps_without_progress_ = 0;
+  bool progressed_ = false;
+  std::string last_refusal_;
   double manager_us_ = 0;
   bool tty_ = false;
   Clock::time_point last_progress_ = Clock::now();
 };
 
-std::vector<int32_t> Scheduler::all_tokens(uint64_t index) const {
-  std::vector<int32_t> t(reqs_[index].prompt);
-  t.insert(t.end(), reqs_[index].output.begin(),
-           reqs_[index].output.begin() + static_cast<int64_t>(reqs_[index].output_length));
-  return t;
+void Scheduler::arrivals() {
+  while (next_arrival_ < reqs_.size() &&
+         (o_.arrival == "asap" || reqs_[next_arrival_].timestamp_ms <= clock_ms_)) {
+    const TraceRequest& t = reqs_[next_arrival_];
+    if (t.input_length + t.output_length > longest_) {
+      ++c_.skipped;  // it could never fit: reported, not run
+      c_.skipped_longest = std::max(c_.skipped_longest, t.input_length + t.output_length);
+      ++finished_;
+    } else {
+      waiting_.push_back({next_arrival_, kNoOrder, 0});
+    }
+    ++next_arrival_;
+  }
 }
 
-// Suspended requests come back first, last in first out.
+// Preempted requests come back oldest first, when they can.
 void Scheduler::resume_suspended() {
   while (!suspended_.empty() && running_.size() < o_.max_batch) {
-    Running& r = suspended_.back();
-    if (!timed([&] { return h_.resume(r.index); }).is_ok()) break;
+    Running& r = suspended_.front();
+    const Status can = h_.cache(r.index)->can_resume();
+    if (!can.is_ok()) {
+      last_refusal_ = can.message();
+      return;
+    }
+    check(timed([&] { return h_.resume(r.index); }), "resume");
     ++c_.resumes;
     if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify after resume");
     running_.push_back(std::move(r));
-    suspended_.pop_back();
+    suspended_.erase(suspended_.begin());
   }
 }
 
-void Scheduler::admit_new() {
-  while (suspended_.empty() && !waiting_.empty() && running_.size() < o_.max_batch) {
-    const uint64_t index = waiting_.front();
-    const Status added = timed([&] { return h_.add_request(index, reqs_[index].prompt); });
-    if (!added.is_ok()) {
-      c_.error = "add_request: " + added.to_string();
+bool Scheduler::create(Running& r, const Waiting& w) {
+  const TraceRequest& t = reqs_[w.index];
+  const std::vector<int32_t> prompt = prompt_tokens(t);
+  const Status added = timed([&] { return h_.add_request(w.index, prompt); });
+  if (!added.is_ok()) {
+    c_.error = "add_request: " + added.to_string();
+    return false;
+  }
+  r = Running{};
+  r.index = w.index;
+  r.high_water = w.high_water;
+  r.order = w.order;
+  if (w.order == kNoOrder) {  // the first admission is what the report counts
+    r.order = next_order_++;
+    c_.prompt_tokens += t.input_length;
+    c_.reused_tokens += h_.cache(w.index)->reuse_match().reused_tokens;
+    c_.bound_tokens += bound_[w.index];
+  }
+  if (engine_) {
+    r.fake.tokens = {prompt};
+    const std::vector<int32_t> output = output_tokens(t);
+    r.fake.tokens[0].insert(r.fake.tokens[0].end(), output.begin(), output.end());
+    testing::FakeEngine::adopt_reuse(*h_.cache(w.index), r.fake);
+  }
+  return true;
+}
+
+// New requests only while no preempted request waits, and only what can resume now.
+void Scheduler::admit() {
+  while (suspended_.empty() && running_.size() < o_.max_batch &&
+         (admitting_ || !waiting_.empty())) {
+    if (!admitting_) {
+      Running r;
+      if (!create(r, waiting_.front())) return;
+      waiting_.pop_front();
+      admitting_ = std::move(r);
+    }
+    Running& r = *admitting_;
+    const Status can = h_.cache(r.index)->can_resume();
+    if (!can.is_ok()) {
+      ++c_.failed_admissions;
+      last_refusal_ = can.message();
       return;
     }
-    Running r;
-    r.index = index;
-    r.admitted_at = admitted_++;
-    c_.prompt_tokens += reqs_[index].input_length;
-    c_.reused_tokens += h_.cache(index)->reuse_match().reused_tokens;
-    if (engine_) {
-      r.fake.tokens = {all_tokens(index)};
-      testing::FakeEngine::adopt_reuse(*h_.cache(index), r.fake);
-    }
-    waiting_.pop_front();
-    if (!timed([&] { return h_.resume(index); }).is_ok()) {
-      suspended_.push_back(std::move(r));  // no room now: it waits on the stack
-      return;
-    }
-    if (engine_) check(engine_->verify(*h_.cache(index), r.fake), "verify after admission");
+    check(timed([&] { return h_.resume(r.index); }), "resume at admission");
+    if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify after admission");
     running_.push_back(std::move(r));
+    admitting_.reset();
   }
 }
 
-// Memory pressure: the most recently admitted request gives way (last in, first out).
-void Scheduler::preempt_for(size_t& i) {
-  auto victim = std::max_element(
-      running_.begin(), running_.end(),
-      [](const Running& a, const Running& b) { return a.admitted_at < b.admitted_at; });
-  check(timed([&] { return h_.suspend(victim->index); }), "suspend");
+void Scheduler::suspend(Running& victim) {
+  check(timed([&] { return h_.suspend(victim.index); }), "suspend");
   ++c_.suspends;
-  const bool self = victim == running_.begin() + static_cast<int64_t>(i);
-  suspended_.push_back(std::move(*victim));
-  running_.erase(victim);
-  if (!self && static_cast<size_t>(victim - running_.begin()) < i) --i;
+  suspended_.push_back(std::move(victim));
+  std::sort(suspended_.begin(), suspended_.end(), older);
 }
 
-void Scheduler::finish(size_t i, KvCache& cache) {
+// The request is freed (its committed blocks stay in the tree) and admitted again later.
+void Scheduler::recompute(Running victim) {
+  check(timed([&] { return h_.free_request(victim.index); }), "free for recompute");
+  ++c_.recomputes;
+  const Waiting w{victim.index, victim.order, victim.high_water};
+  auto at = std::upper_bound(waiting_.begin(), waiting_.end(), w,
+                             [](const Waiting& a, const Waiting& b) { return a.order < b.order; });
+  waiting_.insert(at, w);
+}
+
+bool Scheduler::preempt_for(const Running& for_request) {
+  // Newer running requests first (never an older one), newest first.
+  if (!running_.empty() && running_.back().order > for_request.order) {
+    Running victim = std::move(running_.back());
+    running_.pop_back();
+    if (preempt_by_swap_) {
+      suspend(victim);
+    } else {
+      recompute(std::move(victim));
+    }
+    return true;
+  }
+  // Then requests whose pages wait on the GPU: a newer one being admitted, suspended ones.
+  if (admitting_ && admitting_->order > for_request.order) {
+    recompute(std::move(*admitting_));
+    admitting_.reset();
+    return true;
+  }
+  if (!suspended_.empty()) {
+    Running victim = std::move(suspended_.back());
+    suspended_.pop_back();
+    recompute(std::move(victim));
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::finish(Running& r) {
   // Generated tokens are not committed: in these traces a later prompt never holds an earlier
-  // request's output (it arrives as new hash ids), so publishing it would only take tree memory
-  // from the prompts.
-  Running& r = running_[i];
-  if (engine_) check(engine_->verify(cache, r.fake), "verify before free");
+  // request's output (it arrives as new hash ids).
+  if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify before free");
   check(timed([&] { return h_.free_request(r.index); }), "free");
   ++finished_;
-  running_.erase(running_.begin() + static_cast<int64_t>(i));
 }
 
-bool Scheduler::advance(size_t& i, uint64_t& budget) {
-  Running& r = running_[i];
+bool Scheduler::advance(size_t i, uint64_t& budget) {
+  Running& r = running_[i];  // preempt_for only removes newer requests, behind it
   const TraceRequest& t = reqs_[r.index];
   KvCache& cache = *h_.cache(r.index);
   const uint64_t history = cache.history();
   const bool prefill = history < t.input_length;
-  if (prefill && budget == 0) {
-    ++i;
-    return true;
-  }
+  if (prefill && budget == 0) return true;
   uint64_t upto = history + 1;
-  if (prefill) {
-    upto = std::min(*h_.next_snapshot_point(r.index), history + budget);
-    budget -= upto - history;
+  if (prefill) upto = std::min(*h_.next_snapshot_point(r.index), history + budget);
+  for (;;) {
+    const Status s = timed([&] { return h_.resize(r.index, upto, engine_ ? history : upto); });
+    if (s.is_ok()) break;
+    if (s.code() != StatusCode::kOutOfPages) {
+      c_.error = "resize: " + s.to_string();
+      return true;
+    }
+    last_refusal_ = s.message();
+    if (!preempt_for(r)) {
+      // Nothing newer holds memory: this request is the newest and gives way itself.
+      Running self = std::move(r);
+      running_.erase(running_.begin() + static_cast<int64_t>(i));
+      if (preempt_by_swap_) {
+        suspend(self);
+      } else {
+        recompute(std::move(self));
+      }
+      return false;
+    }
   }
-  const Status s = timed([&] { return h_.resize(r.index, upto, engine_ ? history : upto); });
-  if (s.code() == StatusCode::kOutOfPages) {
-    preempt_for(i);
-    return false;  // retry (or move on when the victim was this request)
-  }
-  if (!s.is_ok()) {
-    c_.error = "resize: " + s.to_string();
-    return false;
-  }
+  if (prefill) budget -= upto - history;
   if (engine_) {
     check(engine_->write_step(cache, r.fake, upto), "step");
     check(timed([&] { return h_.resize(r.index, upto, upto); }), "resize");
+  }
+  if (upto > r.high_water) {
+    r.high_water = upto;
+    progressed_ = true;
   }
   if (prefill) {
     const Status committed = timed([&] { return h_.commit_at_snapshot(r.index); });
     if (!committed.is_ok() && committed.code() != StatusCode::kOutOfPages)
       check(committed, "commit");  // full: not published
   } else if (++r.generated >= t.output_length) {
-    finish(i, cache);
-    return true;
+    finish(r);
+    running_.erase(running_.begin() + static_cast<int64_t>(i));
+    return false;
   }
-  ++i;
   return true;
+}
+
+// One step: prefill chunks under the token budget, one decode token per decoding request,
+// oldest requests first.
+void Scheduler::step() {
+  std::sort(running_.begin(), running_.end(), older);
+  uint64_t budget = o_.max_tokens_per_step;
+  for (size_t i = 0; i < running_.size() && c_.error.empty();) {
+    if (advance(i, budget)) ++i;
+  }
 }
 
 void Scheduler::record_step() {
   const IterationStats it = h_.manager().take_iteration_stats();
   c_.bytes_offloaded += it.bytes_offloaded;
   c_.bytes_onboarded += it.bytes_onboarded;
+  c_.bytes_offload_cancelled += it.bytes_offload_cancelled;
   c_.pages_dropped += it.pages_dropped;
   c_.device_copies += it.device_copies;
   const StorageStats st = h_.manager().storage_stats();
-  uint64_t used = 0, total = 0;
+  Sample sample{c_.steps, c_.reused_tokens, c_.bound_tokens, {}};
   for (const PoolGroupStorage& pg : st.tiers[0].pool_groups) {
-    const uint64_t slot_bytes = h_.plan().pool_group(pg.pool_group).slot_bytes;
+    const uint64_t used = pg.total_slots - pg.free_slots;
     uint64_t& peak = c_.peak[pg.pool_group.value];
-    peak = std::max(peak, pg.total_slots - pg.free_slots);
-    used += (pg.total_slots - pg.free_slots) * slot_bytes;
-    total += pg.total_slots * slot_bytes;
+    peak = std::max(peak, used);
+    sample.gpu_used.push_back(pg.total_slots ? static_cast<double>(used) / pg.total_slots : 0);
   }
   c_.step_us.push_back(manager_us_);
-  if (c_.steps % 64 == 0) {
-    c_.samples.push_back(
-        {c_.steps, c_.prompt_tokens ? static_cast<double>(c_.reused_tokens) / c_.prompt_tokens : 0,
-         total ? static_cast<double>(used) / total : 0});
-  }
+  if (c_.steps % 64 == 0) c_.samples.push_back(std::move(sample));
   ++c_.steps;
   clock_ms_ += o_.step_ms;
+  steps_without_progress_ = progressed_ ? 0 : steps_without_progress_ + 1;
+  progressed_ = false;
 }
 
-void Scheduler::progress() {
-  if (o_.quiet || Clock::now() - last_progress_ <= std::chrono::milliseconds(tty_ ? 200 : 10000))
-    return;
+void Scheduler::progress(bool last) {
+  if (o_.quiet) return;
+  const auto every = std::chrono::milliseconds(tty_ ? 200 : 5000);
+  if (!last && Clock::now() - last_progress_ <= every) return;
   last_progress_ = Clock::now();
-  const double done = static_cast<double>(finished_) / reqs_.size();
+  const double done = reqs_.empty() ? 1 : static_cast<double>(finished_) / reqs_.size();
   const double reuse = c_.prompt_tokens ? 100.0 * c_.reused_tokens / c_.prompt_tokens : 0.0;
+  const unsigned long long finished = finished_, steps = c_.steps;
   if (tty_) {
     const int bar = static_cast<int>(done * 30);
-    std::fprintf(stderr, "\r[%-30s] %5.1f%%  %llu/%zu requests  reuse %.1f%%",
-                 std::string(bar, '#').c_str(), done * 100,
-                 static_cast<unsigned long long>(finished_), reqs_.size(), reuse);
+    std::fprintf(stderr, "\r[%-30s] %5.1f%%  %llu/%zu requests  step %llu  reuse %.1f%%%s",
+                 std::string(bar, '#').c_str(), done * 100, finished, reqs_.size(), steps, reuse,
+                 last ? "\n" : "");
   } else {
-    std::fprintf(stderr, "sim: %llu/%zu requests done, step %llu, reuse %.1f%%\n",
-                 static_cast<unsigned long long>(finished_), reqs_.size(),
-                 static_cast<unsigned long long>(c_.steps), reuse);
+    std::fprintf(stderr, "sim: %llu/%zu requests done (%.0f%%), step %llu, reuse %.1f%%\n",
+                 finished, reqs_.size(), done * 100, steps, reuse);
   }
+}
+
+std::string Scheduler::stuck_message() const {
+  return "no request computed a new token in " + std::to_string(kStuckSteps) + " steps (" +
+         std::to_string(running_.size()) + " running, " + std::to_string(suspended_.size()) +
+         " preempted, " + std::to_string(waiting_.size()) + " waiting; last refusal: " +
+         (last_refusal_.empty() ? "none" : last_refusal_) +
+         "): the GPU tier cannot hold what this traffic needs at once; raise --gpu-quota or "
+         "lower --max-batch";
 }
 
 SimCounters Scheduler::run() {
   tty_ = !o_.quiet && isatty(STDERR_FILENO);
+  c_.peak.assign(h_.plan().pool_groups().size(), 0);
   while (finished_ < reqs_.size() && c_.error.empty()) {
     manager_us_ = 0;
-    while (next_arrival_ < reqs_.size() &&
-           (o_.arrival == "asap" || reqs_[next_arrival_].timestamp_ms <= clock_ms_)) {
-      waiting_.push_back(next_arrival_++);
-    }
+    arrivals();
     resume_suspended();
-    admit_new();
+    admit();
     if (!c_.error.empty()) break;
-    if (running_.empty() && suspended_.empty() && waiting_.empty() &&
-        next_arrival_ < reqs_.size()) {
-      clock_ms_ = reqs_[next_arrival_].timestamp_ms;  // idle until the next arrival
-      continue;
+    if (running_.empty() && suspended_.empty() && !admitting_ && waiting_.empty()) {
+      if (next_arrival_ < reqs_.size()) clock_ms_ = reqs_[next_arrival_].timestamp_ms;
+      continue;  // idle until the next arrival (or done: every request was skipped)
     }
-    if (running_.empty() && !suspended_.empty()) {
-      c_.error =
-          "deadlock: a suspended request cannot resume with nothing running (the GPU "
-          "quota holds less than one request)";
-      break;
-    }
-    // One step: prefill chunks under the token budget, one decode token per decoding request.
-    uint64_t budget = o_.max_tokens_per_step;
-    for (size_t i = 0; i < running_.size() && c_.error.empty();) advance(i, budget);
+    step();
     if (!c_.error.empty()) break;
     record_step();
-    progress();
+    if (steps_without_progress_ >= kStuckSteps) c_.error = stuck_message();
+    progress(false);
   }
-  if (tty_) std::fprintf(stderr, "\n");
+  if (c_.error.empty()) {
+    c_.samples.push_back({c_.steps, c_.reused_tokens, c_.bound_tokens, {}});
+    progress(true);
+  } else if (tty_) {
+    std::fprintf(stderr, "\n");
+  }
   return std::move(c_);
 }
 
 }  // namespace
 
 SimCounters run_scheduler(const SimOptions& options, const std::vector<TraceRequest>& requests,
-                          HybridCacheManager& manager, testing::FakeEngine* engine) {
-  return Scheduler(options, requests, manager, engine).run();
+                          const std::vector<uint64_t>& bound, HybridCacheManager& manager,
+                          testing::FakeEngine* engine) {
+  return Scheduler(options, requests, bound, manager, engine).run();
 }
 
 }  // namespace hybridkv::tools

@@ -10,43 +10,6 @@
 namespace hybridkv::tools {
 namespace {
 
-std::string svg_plot(const std::vector<Sample>& samples, const std::string& title) {
-  const double w = 800, h = 360, left = 60, top = 30, pw = w - left - 20, ph = h - top - 50;
-  const double max_step = samples.empty() ? 1 : std::max<double>(1, samples.back().step);
-  auto path = [&](auto value) {
-    std::string d;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      const double x = left + pw * samples[i].step / max_step;
-      const double y = top + ph * (1 - std::clamp(value(samples[i]), 0.0, 1.0));
-      d += (i ? " L" : "M") + std::to_string(x) + " " + std::to_string(y);
-    }
-    return d;
-  };
-  std::string s =
-      "<svg xmlns='http://www.w3.org/2000/svg' width='800' height='360' font-family='sans-serif' "
-      "font-size='12'>\n";
-  s += "<rect width='800' height='360' fill='white'/>\n";
-  s += "<text x='60' y='18' font-size='14'>" + title + "</text>\n";
-  s += "<rect x='60' y='30' width='" + std::to_string(pw) + "' height='" + std::to_string(ph) +
-       "' fill='none' stroke='#888'/>\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double y = top + ph * (1 - i / 4.0);
-    s += "<text x='25' y='" + std::to_string(y + 4) + "'>" + std::to_string(i * 25) + "%</text>\n";
-  }
-  s += "<path d='" + path([](const Sample& x) { return x.reuse_share; }) +
-       "' fill='none' stroke='#1f77b4' stroke-width='2'/>\n";
-  s += "<path d='" + path([](const Sample& x) { return x.gpu_used; }) +
-       "' fill='none' stroke='#d62728' stroke-width='2'/>\n";
-  s += "<text x='60' y='" + std::to_string(h - 12) +
-       "' fill='#1f77b4'>reused / prompt tokens so far</text>\n";
-  s += "<text x='300' y='" + std::to_string(h - 12) +
-       "' fill='#d62728'>GPU slots in use (all pool groups)</text>\n";
-  s += "<text x='560' y='" + std::to_string(h - 12) + "'>x: scheduler steps (" +
-       std::to_string(static_cast<uint64_t>(max_step)) + ")</text>\n";
-  s += "</svg>\n";
-  return s;
-}
-
 struct StepTimes {
   double median = 0;
   double p99 = 0;
@@ -69,16 +32,87 @@ struct Figures {
   }
 };
 
+// What a pool group holds, for people: "state" (recurrent states and snapshots), "attention"
+// (KV blocks), "replay" (PRIVATE speculative-decoding state).
+std::string pool_group_name(const StoragePlan& plan, const PoolGroup& pg) {
+  bool ssm = false, attention = false, private_only = true;
+  for (CacheGroupId g : pg.groups) {
+    const CacheGroup& group = plan.cache_group(g);
+    (group.kind == GroupKind::kSsm ? ssm : attention) = true;
+    private_only = private_only && group.policy == ReusePolicy::kPrivate;
+  }
+  const std::string what = ssm && private_only ? "replay"
+                           : ssm && attention  ? "state+attention"
+                           : ssm               ? "state"
+                                               : "attention";
+  return "pool group " + std::to_string(pg.id.value) + " (" + what + ")";
+}
+
+std::vector<std::string> pool_group_names(const StoragePlan& plan) {
+  std::vector<std::string> names;
+  for (const PoolGroup& pg : plan.pool_groups()) names.push_back(pool_group_name(plan, pg));
+  return names;
+}
+
+// Every flag, so that a run can be reproduced from its JSON.
+nlohmann::json settings_json(const SimOptions& o) {
+  return {{"model", o.model},
+          {"trace", o.trace},
+          {"limit", o.limit},
+          {"gpu_quota", o.gpu_quota},
+          {"host_quota", o.host_quota},
+          {"disk_quota", o.disk_quota},
+          {"tp", o.tp},
+          {"max_batch", o.max_batch},
+          {"max_tokens_per_step", o.max_tokens_per_step},
+          {"snapshot_policy", o.snapshot_policy},
+          {"spec_tokens", o.spec_tokens},
+          {"backend", o.backend},
+          {"verify", o.verify},
+          {"attention_only", o.attention_only},
+          {"arrival", o.arrival},
+          {"step_ms", o.step_ms},
+          {"typical_len", o.typical_len}};
+}
+
+// What ran, before the figures.
+void print_header(const SimOptions& o, const ModelDescription& model, const StoragePlan& plan,
+                  size_t requests) {
+  std::printf("model               %s (%s%s), TP %u\n", o.model.c_str(), model.model_type.c_str(),
+              o.attention_only ? ", recurrent layers dropped: --attention-only" : "", o.tp);
+  std::printf("trace               %s: %zu requests, arrival %s\n", o.trace.c_str(), requests,
+              o.arrival.c_str());
+  std::printf("backend             %s\n", o.backend.c_str());
+  for (const TierPlan& t : plan.tiers()) {
+    std::printf("%-20s%s", (std::string(tier_kind_name(t.kind)) + " tier").c_str(),
+                format_bytes(t.quota).c_str());
+    for (const PoolGroup& pg : plan.pool_groups()) {
+      std::printf("; %s %llu slots", pool_group_name(plan, pg).c_str(),
+                  static_cast<unsigned long long>(t.slots[pg.id.value]));
+    }
+    std::printf("\n");
+  }
+  std::printf("scheduler           max batch %u, %llu tokens per step, snapshot policy %s\n",
+              o.max_batch, static_cast<unsigned long long>(o.max_tokens_per_step),
+              o.snapshot_policy.c_str());
+  std::printf("\n");
+}
+
 nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_t requests,
                        const SimCounters& c, const Figures& f, const testing::FakeEngine* engine,
                        double seconds) {
   nlohmann::json j;
+  j["settings"] = settings_json(o);
   j["model"] = model.source;
   j["attention_only"] = o.attention_only;
   j["trace"] = o.trace;
   j["backend"] = o.backend;
   j["snapshot_policy"] = o.snapshot_policy;
   j["requests"] = requests;
+  j["requests_skipped"] = c.skipped;
+  j["recomputes"] = c.recomputes;
+  j["failed_admissions"] = c.failed_admissions;
+  j["bytes_offload_cancelled"] = c.bytes_offload_cancelled;
   j["steps"] = c.steps;
   j["prompt_tokens"] = c.prompt_tokens;
   j["reused_tokens"] = c.reused_tokens;
@@ -106,25 +140,40 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_
 void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, const SimCounters& c,
                 const Figures& f, const testing::FakeEngine* engine) {
   using ull = unsigned long long;
-  std::printf("requests            %zu (%llu steps)\n", requests, static_cast<ull>(c.steps));
+  std::printf("requests            %zu run in %llu steps", requests - c.skipped,
+              static_cast<ull>(c.steps));
+  if (c.skipped > 0) {
+    std::printf("; %llu skipped: longer than one request can be on the GPU (the longest needs %llu "
+                "tokens)",
+                static_cast<ull>(c.skipped), static_cast<ull>(c.skipped_longest));
+  }
+  std::printf("\n");
   std::printf("prompt tokens       %llu\n", static_cast<ull>(c.prompt_tokens));
   std::printf(
-      "reused tokens       %llu (%.2f%% of prompt)   bound %llu (%.2f%%)   reused/bound %.2f%%\n",
+      "reused tokens       %llu (%.2f%% of prompt)   bound %llu (%.2f%%)   reused/bound %.2f%%\n"
+      "                    (bound: what unlimited memory would reuse of the same prompts)\n",
       static_cast<ull>(c.reused_tokens), 100 * f.share(c.reused_tokens, c.prompt_tokens),
       static_cast<ull>(f.bound), 100 * f.share(f.bound, c.prompt_tokens),
       100 * f.share(c.reused_tokens, f.bound));
-  std::printf("SSM snapshot hits   %llu of %llu lookups\n", static_cast<ull>(f.snapshot_hits),
-              static_cast<ull>(f.snapshot_lookups));
-  std::printf("suspends / resumes  %llu / %llu\n", static_cast<ull>(c.suspends),
-              static_cast<ull>(c.resumes));
+  std::printf("SSM snapshot hits   %llu of %llu lookups (re-admissions after recompute count)\n",
+              static_cast<ull>(f.snapshot_hits), static_cast<ull>(f.snapshot_lookups));
+  std::printf("preemptions         %llu suspended (pages kept) / %llu resumed; %llu freed and "
+              "recomputed; %llu admissions waited for room\n",
+              static_cast<ull>(c.suspends), static_cast<ull>(c.resumes),
+              static_cast<ull>(c.recomputes), static_cast<ull>(c.failed_admissions));
   std::printf("offloaded           %s   onboarded %s   dropped pages %llu\n",
-              format_bytes(c.bytes_offloaded).c_str(), format_bytes(c.bytes_onboarded).c_str(),
-              static_cast<ull>(c.pages_dropped));
+              format_bytes(c.bytes_offloaded - c.bytes_offload_cancelled).c_str(),
+              format_bytes(c.bytes_onboarded).c_str(), static_cast<ull>(c.pages_dropped));
+  if (c.bytes_offload_cancelled > 0) {
+    std::printf("                    (%s more offloads were cancelled: their pages were dropped "
+                "before the copy ran)\n",
+                format_bytes(c.bytes_offload_cancelled).c_str());
+  }
   std::printf("peak GPU slots      ");
-  for (size_t i = 0; i < c.peak.size(); ++i) {
-    std::printf(
-        "pool group %zu: %llu of %llu  ", i, static_cast<ull>(c.peak[i]),
-        static_cast<ull>(plan.slots(TierKind::kGpu, PoolGroupId(static_cast<uint32_t>(i)))));
+  for (const PoolGroup& pg : plan.pool_groups()) {
+    std::printf("%s: %llu of %llu  ", pool_group_name(plan, pg).c_str(),
+                static_cast<ull>(c.peak[pg.id.value]),
+                static_cast<ull>(plan.slots(TierKind::kGpu, pg.id)));
   }
   std::printf("\nmanager CPU / step  median %.1f us, p99 %.1f us\n", f.times.median, f.times.p99);
   if (o.verify && engine != nullptr) {
@@ -139,7 +188,7 @@ int report(const SimOptions& o, const ModelDescription& model,
            const std::vector<TraceRequest>& reqs, HybridCacheManager& h, const SimCounters& c,
            const testing::FakeEngine* engine, double seconds) {
   Figures f;
-  f.bound = reuse_bound(reqs);
+  f.bound = c.bound_tokens;
   f.times = step_times(c.step_us);
   if (h.state_group()) {
     const ReuseStats rs = h.manager().reuse_stats();
@@ -147,17 +196,22 @@ int report(const SimOptions& o, const ModelDescription& model,
     f.snapshot_lookups = rs.groups[h.state_group()->value].lookups;
   }
   const nlohmann::json j = to_json(o, model, reqs.size(), c, f, engine, seconds);
+  print_header(o, model, h.plan(), reqs.size());
   print_text(o, h.plan(), reqs.size(), c, f, engine);
+  std::printf("wall time           %.1f s (queued copies drained)\n", seconds);
   if (!o.json.empty()) {
     std::ofstream out(o.json);
     if (!out) return fail("--json: cannot write '" + o.json + "'");
     out << j.dump(2) << "\n";
+    std::printf("JSON report         %s\n", o.json.c_str());
   }
   if (!o.svg.empty()) {
     std::ofstream out(o.svg);
     if (!out) return fail("--svg: cannot write '" + o.svg + "'");
-    out << svg_plot(c.samples, model.model_type + (o.attention_only ? " (attention only)" : "") +
-                                   " on " + o.trace);
+    out << svg_plot(c.samples, pool_group_names(h.plan()),
+                    model.model_type + (o.attention_only ? " (attention only)" : "") + " on " +
+                        o.trace);
+    std::printf("plot                %s\n", o.svg.c_str());
   }
   return c.mismatches == 0 ? 0 : 1;
 }

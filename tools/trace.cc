@@ -23,23 +23,35 @@ int32_t output_token(uint64_t request, uint64_t i) {
                               (mix(request * 0x100000001b3ull + i) & ((1u << 30) - 1)));
 }
 
-void expand(TraceRequest& r, uint64_t index, uint64_t unique_base) {
-  r.prompt.reserve(r.input_length);
-  // Blocks beyond the listed ids (a short id list) get ids unique to the request.
-  const uint64_t blocks = (r.input_length + kMooncakeBlock - 1) / kMooncakeBlock;
-  while (r.hash_ids.size() < blocks)
+uint64_t blocks_of(const TraceRequest& r) {
+  return (r.input_length + kMooncakeBlock - 1) / kMooncakeBlock;
+}
+
+// Synthetic requests list fewer ids than blocks when their last block is their own.
+void pad_ids(TraceRequest& r, uint64_t index, uint64_t unique_base) {
+  r.index = index;
+  while (r.hash_ids.size() < blocks_of(r))
     r.hash_ids.push_back(unique_base + index * 4096 + r.hash_ids.size());
-  for (uint64_t b = 0; r.prompt.size() < r.input_length; ++b) {
-    const uint64_t id = r.hash_ids[b];
-    for (uint64_t i = 0; i < kMooncakeBlock && r.prompt.size() < r.input_length; ++i) {
-      r.prompt.push_back(prompt_token(id, i));
-    }
-  }
-  r.output.reserve(r.output_length);
-  for (uint64_t i = 0; i < r.output_length; ++i) r.output.push_back(output_token(index, i));
 }
 
 }  // namespace
+
+std::vector<int32_t> prompt_tokens(const TraceRequest& r) {
+  std::vector<int32_t> prompt;
+  prompt.reserve(r.input_length);
+  for (uint64_t b = 0; prompt.size() < r.input_length; ++b) {
+    for (uint64_t i = 0; i < kMooncakeBlock && prompt.size() < r.input_length; ++i)
+      prompt.push_back(prompt_token(r.hash_ids[b], i));
+  }
+  return prompt;
+}
+
+std::vector<int32_t> output_tokens(const TraceRequest& r) {
+  std::vector<int32_t> output;
+  output.reserve(r.output_length);
+  for (uint64_t i = 0; i < r.output_length; ++i) output.push_back(output_token(r.index, i));
+  return output;
+}
 
 Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, uint64_t limit) {
   std::ifstream in(path);
@@ -79,11 +91,16 @@ Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, u
         return fail("hash_ids holds " + h.dump() + ", not a non-negative integer");
       r.hash_ids.push_back(h.get<uint64_t>());
     }
+    if (r.hash_ids.size() != blocks_of(r)) {
+      return fail("hash_ids holds " + std::to_string(r.hash_ids.size()) +
+                  " ids but input_length " + std::to_string(r.input_length) + " needs " +
+                  std::to_string(blocks_of(r)) + " (one per 512-token block)");
+    }
+    r.index = out.size();
     out.push_back(std::move(r));
     if (limit && out.size() >= limit) break;
   }
   if (out.empty()) return Status::invalid(path + ": the trace holds no requests");
-  for (uint64_t i = 0; i < out.size(); ++i) expand(out[i], i, 1ull << 40);
   return out;
 }
 
@@ -123,7 +140,7 @@ Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec) {
       ids.push_back(next_id++);  // the answer becomes part of the next turn
     }
   }
-  for (uint64_t i = 0; i < out.size(); ++i) expand(out[i], i, 1ull << 42);
+  for (uint64_t i = 0; i < out.size(); ++i) pad_ids(out[i], i, 1ull << 42);
   return out;
 }
 
@@ -142,14 +159,15 @@ Status write_mooncake_trace(const std::vector<TraceRequest>& trace, const std::s
   return Status::ok();
 }
 
-uint64_t reuse_bound(const std::vector<TraceRequest>& trace) {
+std::vector<uint64_t> reuse_bound(const std::vector<TraceRequest>& trace) {
   // A trie over hash-id paths; each node keeps the most tokens any earlier prompt had in it.
   struct Node {
     std::map<uint64_t, uint32_t> children;
     uint64_t tokens = 0;
   };
   std::vector<Node> nodes(1);
-  uint64_t bound = 0;
+  std::vector<uint64_t> bound;
+  bound.reserve(trace.size());
   for (const TraceRequest& r : trace) {
     const uint64_t blocks = (r.input_length + kMooncakeBlock - 1) / kMooncakeBlock;
     uint64_t shared = 0;
@@ -176,7 +194,7 @@ uint64_t reuse_bound(const std::vector<TraceRequest>& trace) {
       nodes[child].tokens = std::max(nodes[child].tokens, mine);
       at = child;
     }
-    bound += std::min(shared, r.input_length - 1);
+    bound.push_back(std::min(shared, r.input_length - 1));
   }
   return bound;
 }

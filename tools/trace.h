@@ -9,20 +9,26 @@
 
 namespace hybridkv::tools {
 
+// One request: lengths and block ids only. Its tokens are expanded when it is admitted
+// (prompt_tokens, output_tokens), so that a trace of a million requests costs its ids, not its
+// tokens.
 struct TraceRequest {
+  uint64_t index = 0;  // position in the trace (seeds its unique tokens)
   uint64_t timestamp_ms = 0;
   uint64_t input_length = 0;
   uint64_t output_length = 0;
   std::vector<uint64_t> hash_ids;  // one per 512-token block of the prompt (Mooncake)
-  std::vector<int32_t> prompt;     // expanded tokens
-  std::vector<int32_t> output;     // generated tokens, unique to the request
 };
 
 constexpr uint64_t kMooncakeBlock = 512;
 
-// Reads a Mooncake JSONL trace (at most `limit` requests; 0 = all) and expands hash ids into
-// tokens: id h gives 512 tokens no other id shares (a partial last block is a prefix of them);
-// outputs are tokens unique to the request. Errors name the file and line.
+// Id h gives 512 tokens no other id shares (a partial last block is a prefix of them).
+std::vector<int32_t> prompt_tokens(const TraceRequest& request);
+// Generated tokens, unique to the request.
+std::vector<int32_t> output_tokens(const TraceRequest& request);
+
+// Reads a Mooncake JSONL trace (at most `limit` requests; 0 = all). Errors name the file and
+// line; a request must list exactly ceil(input_length / 512) hash ids.
 Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, uint64_t limit);
 
 // Synthetic traffic: multi-turn chats (each turn's prompt is the conversation so far) and agents
@@ -35,6 +41,7 @@ Status write_mooncake_trace(const std::vector<TraceRequest>& trace, const std::s
 
 // The reuse bound of DESIGN/traces README: for each request, the longest token prefix shared
 // with any earlier prompt, capped at input_length - 1; summed.
-uint64_t reuse_bound(const std::vector<TraceRequest>& trace);
+// Per request, in trace order (the sum is the bound).
+std::vector<uint64_t> reuse_bound(const std::vector<TraceRequest>& trace);
 
 }  // namespace hybridkv::tools

@@ -60,6 +60,10 @@ class KvCache {
   // use their matched pages (each must be OPTIONAL and complete); the others get fresh pages.
   // The choice persists; later resumes ignore the argument.
   [[nodiscard]] Status resume(Stream stream, const std::vector<CacheGroupId>& optional_groups = {});
+  // What resume() would answer now (OK, kRefused by the utilization gate, kOutOfPages),
+  // changing nothing: a scheduler asks before it commits to a resume, so that a refused
+  // resume costs no evictions and no churn.
+  [[nodiscard]] Status can_resume(const std::vector<CacheGroupId>& optional_groups = {}) const;
   // Requires: ACTIVE.
   [[nodiscard]] Status suspend();
   // Requires: ACTIVE; history <= capacity; history >= history().

@@ -19,6 +19,10 @@ struct IterationStats {
   uint64_t bytes_offloaded = 0;
   uint64_t device_copies = 0;  // GPU-to-GPU page copies (snapshots, partial tails)
   uint64_t pages_dropped = 0;  // DROPPABLE pages dropped on the last tier
+  // Offloads counted above whose copy never ran: the page was dropped before the copy engine
+  // reached it (host backend), so the bus carried nothing.
+  uint64_t pages_offload_cancelled = 0;
+  uint64_t bytes_offload_cancelled = 0;
   uint64_t suspends = 0;
   uint64_t resumes = 0;
   uint64_t refused_resumes = 0;

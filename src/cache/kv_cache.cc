@@ -36,6 +36,9 @@ Status KvCache::resume(Stream stream, const std::vector<CacheGroupId>& optional_
   (void)stream;  // the host and none backends order copies on their own queue
   return core_->resume(id_, optional_groups);
 }
+Status KvCache::can_resume(const std::vector<CacheGroupId>& optional_groups) const {
+  return core_->can_resume(id_, optional_groups);
+}
 Status KvCache::suspend() { return core_->suspend(id_); }
 Status KvCache::resize(uint64_t capacity, uint64_t history) {
   return core_->resize(id_, capacity, history);

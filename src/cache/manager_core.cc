@@ -38,14 +38,16 @@ Status ManagerCore::check_group(uint32_t id, CacheGroupId group, uint32_t beam) 
   return Status::ok();
 }
 
-// Every mutation while the metadata is small (every unit and randomized test); beyond
-// kCheckEveryOpUpTo pages and tree nodes, once per size / kCheckEveryOpUpTo mutations, so that a
-// long simulation in a Debug build stays linear in its length instead of quadratic.
+// Every mutation while the metadata is small (every unit and randomized test: up to
+// kCheckEveryOpUpTo pages and tree nodes); beyond, once per size / kAmortizedCost mutations, so
+// that a long simulation in a Debug build costs about kAmortizedCost entries of checking per
+// mutation instead of the whole state.
 void ManagerCore::after_mutation() const {
 #ifdef HYBRIDKV_DEBUG_INVARIANTS
   constexpr uint64_t kCheckEveryOpUpTo = 4096;
+  constexpr uint64_t kAmortizedCost = 64;
   const uint64_t size = storage_.page_capacity() + index_.tree().capacity();
-  if (size > kCheckEveryOpUpTo && ++mutations_since_check_ * kCheckEveryOpUpTo < size) return;
+  if (size > kCheckEveryOpUpTo && ++mutations_since_check_ * kAmortizedCost < size) return;
   mutations_since_check_ = 0;
   const std::string err = check_locked();
   HKV_CHECK(err.empty(), "invariant broken: %s", err.c_str());

@@ -43,6 +43,8 @@ class ManagerCore {
   // --- one cache (exclusive lock) ---
   Result<uint32_t> create(const CacheOptions& options);
   Status resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups);
+  // What resume() would answer now, changing nothing (shared lock).
+  Status can_resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups) const;
   Status suspend(uint32_t id);
   Status resize(uint32_t id, uint64_t capacity, uint64_t history);
   Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end);
@@ -118,11 +120,14 @@ class ManagerCore {
 
   // resume.cc
   Status resume_locked(uint32_t id, const std::vector<CacheGroupId>& optional_groups);
+  // The checks of a resume (state, OPTIONAL choice, utilization gate, room) on `rec`.
+  Status resume_allowed(uint32_t id, const CacheRecord& rec, bool first) const;
   struct ResumeNeeds;
   ResumeNeeds resume_needs(const CacheRecord& rec, bool first) const;
   Status utilization_gate(uint32_t id, const ResumeNeeds& needs) const;
   void attach_match(CacheRecord& rec, const prefix::MatchPlan& plan);
-  Status choose_optional_groups(uint32_t id, const std::vector<CacheGroupId>& chosen);
+  Status choose_optional_groups(uint32_t id, const std::vector<CacheGroupId>& chosen,
+                                CacheRecord& rec) const;
   void finish_first_resume(CacheRecord& rec);
   void give_back_unselected(CacheRecord& rec, const CacheGroup& g);
   PageId private_copy(const CacheGroup& g, PageId src);

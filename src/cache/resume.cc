@@ -13,14 +13,14 @@ using storage::Ref;
 
 // What a resume needs per GPU pool group.
 struct ManagerCore::ResumeNeeds {
-  std::vector<uint64_t> pages;       // fresh pages and pages to bring to the GPU
-  std::vector<uint64_t> own_queued;  // own GPU pages now evictable that the resume locks
+  std::vector<uint64_t> pages;       // GPU slots to make free: fresh pages, pages to onboard
+  std::vector<uint64_t> locked;      // GPU slots that newly stay locked after the resume
   storage::Exclusions excluded;      // own queued pages, per tier: no room for the resume
 };
 
 ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool first) const {
-  ResumeNeeds n{new_pages_needed(rec, rec.capacity, rec.history, 0),
-                std::vector<uint64_t>(plan_.pool_groups().size(), 0), storage_.empty_exclusions()};
+  const std::vector<uint64_t> fresh = new_pages_needed(rec, rec.capacity, rec.history, 0);
+  ResumeNeeds n{fresh, fresh, storage_.empty_exclusions()};
   for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t block) {
     const storage::Page& p = storage_.page(pid);
     const GroupState& gs = rec.groups[g.id.value];
@@ -29,10 +29,14 @@ ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool 
     // GPU for a moment, but the gate counts what stays locked.
     const bool copy_source = first && gs.selected && gs.copy_pending &&
                              (g.kind == GroupKind::kSsm || block + 1 == rec.attention_blocks);
-    if (dropped_now || p.tier != TierKind::kGpu) ++n.pages[p.pool_group.value];
+    const uint32_t pg = p.pool_group.value;
+    if (dropped_now || p.tier != TierKind::kGpu) ++n.pages[pg];
     storage_.exclude(n.excluded, pid);
-    if (p.queue != storage::QueueKind::kNone && p.tier == TierKind::kGpu && !copy_source)
-      ++n.own_queued[p.pool_group.value];
+    // A replacement page stays locked, and so does an own page the resume locks, unless it is
+    // only the source of a private copy (onboarded if it must be, then let go).
+    if (dropped_now) ++n.locked[pg];
+    const bool evictable_or_away = p.queue != storage::QueueKind::kNone || p.tier != TierKind::kGpu;
+    if (!dropped_now && !copy_source && evictable_or_away) ++n.locked[pg];
   });
   if (!first) return n;
   // Private copies of the matched tail block and snapshots.
@@ -43,6 +47,7 @@ ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool 
     const bool shared_tail =
         attention && rec.attention_blocks > 0 && rec.beams_at(rec.attention_blocks - 1) == 1;
     n.pages[g.pool_group.value] += shared_tail ? 1 : rec.beam_width;
+    n.locked[g.pool_group.value] += shared_tail ? 1 : rec.beam_width;
   }
   return n;
 }
@@ -54,7 +59,7 @@ Status ManagerCore::utilization_gate(uint32_t id, const ResumeNeeds& needs) cons
     const storage::Storage::SlotCounts n = storage_.counts(kGpuTier, pg.id);
     const uint64_t total = n.total;
     const uint64_t locked = n.total - n.free - n.evictable;
-    const uint64_t after = locked + needs.pages[pg.id.value] + needs.own_queued[pg.id.value];
+    const uint64_t after = locked + needs.locked[pg.id.value];
     const uint64_t usable = plan_detail::usable_slots(total, util);
     if (after > usable) {
       return Status(StatusCode::kRefused,
@@ -76,18 +81,34 @@ Status ManagerCore::resume(uint32_t id, const std::vector<CacheGroupId>& optiona
   return s;
 }
 
+Status ManagerCore::resume_allowed(uint32_t id, const CacheRecord& rec, bool first) const {
+  const ResumeNeeds needs = resume_needs(rec, first);
+  if (Status s = utilization_gate(id, needs); !s) return s;
+  if (Status s = check_room("resume", needs.pages, needs.excluded); !s)
+    return Status(s.code(), label(id) + ": " + s.message());
+  return Status::ok();
+}
+
+Status ManagerCore::can_resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups) const {
+  std::shared_lock lock(mu_);
+  if (Status s = expect_state(id, CacheState::kSuspended, "resume"); !s) return s;
+  const CacheRecord& rec = caches_[id];
+  if (rec.first_resume_done) return resume_allowed(id, rec, false);
+  CacheRecord chosen = rec;  // the OPTIONAL choice, tried on a copy
+  if (Status s = choose_optional_groups(id, optional_groups, chosen); !s) return s;
+  return resume_allowed(id, chosen, true);
+}
+
 Status ManagerCore::resume_locked(uint32_t id, const std::vector<CacheGroupId>& optional_groups) {
   if (Status s = expect_state(id, CacheState::kSuspended, "resume"); !s) return s;
   CacheRecord& rec = caches_[id];
   const bool first = !rec.first_resume_done;
   // The OPTIONAL choice is made (and checked) once; it persists across suspend/resume.
   if (first) {
-    if (Status s = choose_optional_groups(id, optional_groups); !s) return s;
+    if (Status s = choose_optional_groups(id, optional_groups, rec); !s) return s;
   }
+  if (Status s = resume_allowed(id, rec, first); !s) return s;
   const ResumeNeeds needs = resume_needs(rec, first);
-  if (Status s = utilization_gate(id, needs); !s) return s;
-  if (Status s = check_room("resume", needs.pages, needs.excluded); !s)
-    return Status(s.code(), label(id) + ": " + s.message());
 
   // Nothing can fail from here on.
   std::vector<std::pair<PageId, bool>> own;  // page, and whether it comes to the GPU
@@ -187,8 +208,8 @@ void ManagerCore::record_lookup(const CacheRecord& rec, bool optional_only) {
   index_.record_lookup(rec.match, groups);
 }
 
-Status ManagerCore::choose_optional_groups(uint32_t id, const std::vector<CacheGroupId>& chosen) {
-  CacheRecord& rec = caches_[id];
+Status ManagerCore::choose_optional_groups(uint32_t id, const std::vector<CacheGroupId>& chosen,
+                                           CacheRecord& rec) const {
   std::vector<bool> selected(plan_.cache_groups().size(), false);
   for (CacheGroupId g : chosen) {
     if (g.value >= plan_.cache_groups().size()) {

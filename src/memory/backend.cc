@@ -108,6 +108,18 @@ class HostBackend final : public MemoryBackend {
     done_cv_.wait(lock, [&] { return completed_ >= ticket; });
   }
 
+  bool cancel(CopyEvent event, uint32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Batches still queued have not started; the queue holds consecutive tickets.
+    if (queue_.empty() || event.ticket < queue_.front().ticket) return false;
+    const uint64_t at = event.ticket - queue_.front().ticket;
+    if (at >= queue_.size() || index >= queue_[at].copies.size()) return false;
+    SlotCopy& c = queue_[at].copies[index];
+    if (c.cancelled) return false;
+    c.cancelled = true;
+    return true;
+  }
+
   void set_copy_gate(bool open) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -141,6 +153,7 @@ class HostBackend final : public MemoryBackend {
         queue_.pop_front();
       }
       for (const SlotCopy& c : batch.copies) {
+        if (c.cancelled) continue;
         const uint32_t pools = pools_per_group_.at(c.pool_group.value);
         for (uint32_t p = 0; p < pools; ++p) {
           const Region& src = regions_.at(key(c.src_tier, c.pool_group, p));

@@ -25,6 +25,7 @@ struct SlotCopy {
   uint32_t src_slot = 0;
   TierKind dst_tier = TierKind::kGpu;
   uint32_t dst_slot = 0;
+  bool cancelled = false;  // skipped by the copy engine (see MemoryBackend::cancel)
 };
 
 class MemoryBackend {
@@ -38,6 +39,14 @@ class MemoryBackend {
   virtual CopyEvent submit(std::vector<SlotCopy> batch) = 0;
   // Blocks until `event` is complete.
   virtual void wait(CopyEvent event) = 0;
+  // Skips copy `index` of the batch `event` if it has not started (its result is dead: the page
+  // was dropped first); true when skipped. The event still completes. The none backend's copies
+  // are complete at submission, so it never skips.
+  virtual bool cancel(CopyEvent event, uint32_t index) {
+    (void)event;
+    (void)index;
+    return false;
+  }
   // For hybridkv_testing (host backend): a closed gate holds every copy until opened.
   virtual void set_copy_gate(bool open) { (void)open; }
 };

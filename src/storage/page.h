@@ -51,6 +51,12 @@ struct Page {
   int32_t priority = kDefaultPriority;
   uint64_t lru_tick = 0;  // when the page became evictable (queue order within a priority)
   CopyEvent ready;        // last copy that wrote the page's slot
+  // The copy of the page's last move to a colder tier, while it may not have run yet: in the
+  // batch being collected (offload_pending) or submitted (offload_event, offload_index). A page
+  // released before the copy ran has it cancelled.
+  uint32_t offload_pending = UINT32_MAX;
+  CopyEvent offload_event;
+  uint32_t offload_index = 0;
   // Intrusive links of the queue bucket the page is in (QueueKind::kNone: none).
   QueueKind queue = QueueKind::kNone;
   PageId prev;

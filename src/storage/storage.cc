@@ -188,6 +188,12 @@ void Storage::move(PageId id, TierIndex dst_tier) {
   const bool was_queued = p.queue != QueueKind::kNone;
   dequeue(id);
   const SlotId dst_slot = take_slot(dst_tier, p.pool_group);
+  p.offload_pending = UINT32_MAX;
+  p.offload_event = CopyEvent{};
+  if (src_tier < dst_tier) {
+    p.offload_pending = static_cast<uint32_t>(pending_.size());
+    pending_offloads_.push_back(id);
+  }
   pending_.push_back({p.pool_group, p.tier, p.slot.value, tier_kind(dst_tier), dst_slot.value});
   const uint64_t bytes = plan_.pool_group(p.pool_group).slot_bytes;
   if (dst_tier < src_tier) {
@@ -268,14 +274,38 @@ void Storage::release(PageId id) {
   Page& p = mutable_page(id);
   HKV_CHECK(p.live && p.active_refs == 0 && p.suspended_refs == 0 && !p.owned(),
             "page %u released while referenced", id.value);
+  cancel_offload(p);
   give_slot(p.tier_index, p.pool_group, p.slot, p.ready);
   p.live = false;
   free_pages_.push_back(id);
 }
 
+void Storage::cancel_offload(Page& p) {
+  bool cancelled = false;
+  if (p.offload_pending != UINT32_MAX) {
+    pending_[p.offload_pending].cancelled = true;
+    cancelled = true;
+  } else if (p.offload_event.ticket != 0) {
+    cancelled = backend_->cancel(p.offload_event, p.offload_index);
+  }
+  p.offload_pending = UINT32_MAX;
+  p.offload_event = CopyEvent{};
+  if (!cancelled) return;
+  ++stats_.pages_offload_cancelled;
+  stats_.bytes_offload_cancelled += plan_.pool_group(p.pool_group).slot_bytes;
+}
+
 CopyEvent Storage::flush() {
   if (pending_.empty()) return {};
   const CopyEvent event = backend_->submit(std::move(pending_));
+  for (PageId id : pending_offloads_) {
+    Page& p = mutable_page(id);
+    if (!p.live || p.offload_pending == UINT32_MAX) continue;
+    p.offload_event = event;
+    p.offload_index = p.offload_pending;
+    p.offload_pending = UINT32_MAX;
+  }
+  pending_offloads_.clear();
   pending_.clear();
   for (PageId id : pending_pages_) {
     if (page(id).live) mutable_page(id).ready = event;

@@ -131,6 +131,8 @@ class Storage {
   void notify_updated(PageId id);
   void drop(PageId id);
   void release(PageId id);
+  // The page is dead: skip its offload copy if it has not run (counted in the stats).
+  void cancel_offload(Page& p);
   std::string check_pool(TierIndex tier, const PoolGroup& pg,
                          const std::vector<uint32_t>& page_ids) const;
 
@@ -145,6 +147,7 @@ class Storage {
   // Copies since the last flush, with what their event must be recorded on.
   std::vector<memory::SlotCopy> pending_;
   std::vector<PageId> pending_pages_;
+  std::vector<PageId> pending_offloads_;  // pages whose offload copy is in pending_
   struct SlotRef {
     TierIndex tier;
     PoolGroupId pg;

@@ -182,4 +182,42 @@ TEST(CliPlan, BadInputExitsTwoWithOneLine) {
   std::remove(unknown.c_str());
 }
 
+// Huge batch sizes are refused at once with the reason, instead of sizing a plan for them.
+TEST(CliPlan, ValuesBeyondAnyQuotaAreRefusedAtOnce) {
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --max-batch 100000000",
+                   "beyond what any GPU quota could hold");
+  expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --dummy-slots 100000000",
+                   "100000065 living caches");
+}
+
+TEST(CliPlan, ModelConfigMistakesAreNamed) {
+  // A directory instead of its config.json.
+  expect_bad_input("plan --model " + std::string(HKV_MODELS_DIR), "is a directory");
+  // A misspelt checkpoint dtype is refused, not ignored.
+  std::ifstream in(model("nemotron_h_8b.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["torch_dtype"] = "bfloat61";
+  const std::string path = scratch("bad_dtype.json");
+  std::ofstream(path) << j.dump();
+  expect_bad_input("plan --model " + path, "field 'torch_dtype': 'bfloat61' is not a dtype");
+  std::remove(path.c_str());
+}
+
+TEST(Cli, VersionHelpDefaultsAndTypos) {
+  const CliRun version = run_cli("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.out.find("hybridkv 0."), std::string::npos) << version.out;
+  const CliRun help = run_cli("sim --help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* shown : {"--gpu-quota TEXT=40GiB", "--backend TEXT=none", "--limit UINT=0",
+                            "0: all of them", "--max-batch UINT=64"}) {
+    EXPECT_NE(help.out.find(shown), std::string::npos) << shown << "\n" << help.out;
+  }
+  const CliRun plan_help = run_cli("plan --help");
+  EXPECT_NE(plan_help.out.find("0: keep the serving formula"), std::string::npos) << plan_help.out;
+  const CliRun typo = run_cli("simm --model x");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("did you mean 'sim'?"), std::string::npos) << typo.err;
+}
+
 }  // namespace

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,8 +44,10 @@ CliRun run_cli(const std::string& args) {
 
 #ifdef HKV_SANITIZED
 constexpr int kVerifyLimit = 30;  // the sanitized CLI is ~10x slower
+constexpr int kEveryModelLimit = 60;
 #else
 constexpr int kVerifyLimit = 120;
+constexpr int kEveryModelLimit = 1000;  // the whole bundled slice
 #endif
 
 const std::string kSlice = std::string(HKV_DATA_DIR) + "/mooncake_conversation_first1000.jsonl";
@@ -163,6 +168,106 @@ TEST(Sim, BadTracesNameTheLineAndStopCleanly) {
       run_cli("sim --model " + kModel + " --trace " + kSlice + " --snapshot-policy sometimes");
   EXPECT_EQ(policy.exit_code, 2);
   EXPECT_NE(policy.err.find("--snapshot-policy: 'sometimes'"), std::string::npos);
+}
+
+std::vector<std::string> bundled_models() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(HKV_MODELS_DIR)) {
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class EveryModel : public ::testing::TestWithParam<std::string> {};
+
+// The simulator finishes on every bundled model, with default flags and with small quotas (with
+// and without a host tier): requests that can never fit are skipped and reported, the others
+// run to the end; resumes never exceed suspends. (Zamba2 and Falcon-H1 once livelocked here.)
+TEST_P(EveryModel, FinishesTheSliceAtDefaultAndSmallQuotas) {
+  const std::string json = scratch(GetParam() + ".json");
+  for (const std::string quotas : {"", "--gpu-quota 4GiB", "--gpu-quota 2GiB --host-quota 4GiB"}) {
+    const CliRun r = run_cli("sim --model " + std::string(HKV_MODELS_DIR) + "/" + GetParam() +
+                             ".json --trace " + kSlice + " --quiet --limit " +
+                             std::to_string(kEveryModelLimit) + " " + quotas + " --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << quotas << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    EXPECT_EQ(j["requests"].get<uint64_t>(), static_cast<uint64_t>(kEveryModelLimit)) << quotas;
+    EXPECT_LE(j["resumes"].get<uint64_t>(), j["suspends"].get<uint64_t>()) << quotas;
+    if (quotas.empty()) {
+      EXPECT_EQ(j["requests_skipped"].get<uint64_t>(), 0u);
+    }
+  }
+  std::remove(json.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, EveryModel, ::testing::ValuesIn(bundled_models()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
+// A request larger than one request's share of the GPU would loop for ever: it is skipped and
+// the report says so.
+TEST(Sim, RequestsThatCanNeverFitAreSkippedAndReported) {
+  const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice +
+                           " --quiet --limit 50 --gpu-quota 1GiB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("skipped: longer than one request can be on the GPU"), std::string::npos)
+      << r.out;
+}
+
+void expect_sim_refuses(const std::string& args, const std::string& message) {
+  const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice + " --limit 5 " + args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out << r.err;
+  EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  EXPECT_EQ(r.out, "") << "nothing ran: " << args;
+}
+
+// Mistakes that would only show at the end of a long run are reported before it starts.
+TEST(Sim, BadSettingsAreRefusedBeforeAnyWork) {
+  expect_sim_refuses("--json /nonexistent-dir/report.json",
+                     "--json: cannot write '/nonexistent-dir/report.json'");
+  expect_sim_refuses("--svg /nonexistent-dir/plot.svg", "--svg: cannot write");
+  expect_sim_refuses("--json /tmp", "--json: '/tmp' is a directory");
+  expect_sim_refuses("--disk-quota 1GiB", "--disk-quota needs --disk-path");
+  expect_sim_refuses("--disk-quota 1GiB --disk-path /nonexistent-dir",
+                     "--disk-path: '/nonexistent-dir' is not an existing directory");
+  expect_sim_refuses("--disk-path /tmp", "--disk-path '/tmp' without --disk-quota");
+  expect_sim_refuses("--backend host --disk-quota 1GiB --disk-path /tmp",
+                     "the host backend has no disk tier yet");
+  expect_sim_refuses("--backend gpu", "--backend: 'gpu' is not none or host");
+  const CliRun dir = run_cli("sim --model " + std::string(HKV_MODELS_DIR) + " --trace " + kSlice);
+  EXPECT_EQ(dir.exit_code, 2);
+  EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
+}
+
+// hash_ids must match input_length (one id per 512-token block); a mismatch names the line.
+TEST(Sim, HashIdsThatDoNotMatchTheLengthAreRefused) {
+  const std::string trace = scratch("mismatch.jsonl");
+  std::ofstream(trace) << R"({"timestamp": 0, "input_length": 1000, "output_length": 2, )"
+                       << R"("hash_ids": [1, 2]})"
+                       << "\n"
+                       << R"({"timestamp": 0, "input_length": 1000, "output_length": 2, )"
+                       << R"("hash_ids": [1, 2, 3]})"
+                       << "\n";
+  const CliRun r = run_cli("sim --model " + kModel + " --trace " + trace);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("line 2: hash_ids holds 3 ids but input_length 1000 needs 2"),
+            std::string::npos)
+      << r.err;
+  std::remove(trace.c_str());
+}
+
+// The largest synthetic trace is accepted: requests keep their ids, not their tokens.
+TEST(Sim, TheLargestSyntheticTraceIsAccepted) {
+  const CliRun r =
+      run_cli("sim --model " + kModel + " --trace synthetic:1000000 --limit 200 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("200 requests"), std::string::npos) << r.out;
 }
 
 }  // namespace

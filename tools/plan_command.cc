@@ -56,7 +56,8 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   plan->add_option("--disk-path", o.disk_path, "directory of the disk tier");
   plan->add_option("--max-batch", o.max_batch, "requests per step (the typical step's size)");
   plan->add_option("--typical-len", o.typical_len, "tokens per request of the typical step");
-  plan->add_option("--max-live", o.max_live, "override max_live_kv_caches (default: from serving)");
+  plan->add_option("--max-live", o.max_live,
+                   "override max_live_kv_caches (0: keep the serving formula's value)");
   plan->add_option("--pp", o.pp, "pipeline-parallel size");
   plan->add_option("--pp-rank", o.pp_rank, "pipeline rank to plan");
   plan->add_option("--spec-tokens", o.spec_tokens, "speculative tokens (replay buffers)");

@@ -1,7 +1,11 @@
 #include "sim.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <tuple>
 
@@ -79,13 +83,40 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
     if (text.empty()) continue;
     const std::optional<uint64_t> q = parse_bytes(text);
     if (!q) return Status::invalid(std::string(flag) + ": cannot parse '" + text + "'");
-    serving.tiers.push_back({kind, *q, kind == TierKind::kDisk ? "sim-disk" : ""});
+    serving.tiers.push_back({kind, *q, kind == TierKind::kDisk ? o.disk_path : ""});
   }
   if (o.max_batch == 0) return Status::invalid("--max-batch: 0 must be > 0");
   if (o.max_tokens_per_step == 0) return Status::invalid("--max-tokens-per-step: 0 must be > 0");
   if (o.arrival != "asap" && o.arrival != "timestamps")
     return Status::invalid("--arrival: '" + o.arrival + "' is not asap or timestamps");
   return serving;
+}
+
+// Everything that can be checked before memory is allocated or a request runs.
+Status check_outputs_and_disk(const SimOptions& o) {
+  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--json", o.json},
+                                   {"--svg", o.svg},
+                                   {"--write-trace", o.write_trace}}) {
+    if (path.empty()) continue;
+    if (std::filesystem::is_directory(path)) {
+      return Status::invalid(std::string(flag) + ": '" + path + "' is a directory, not a file");
+    }
+    std::ofstream out(path, std::ios::app);
+    if (!out) return Status::invalid(std::string(flag) + ": cannot write '" + path + "'");
+  }
+  if (!o.disk_path.empty() && o.disk_quota.empty())
+    return Status::invalid("--disk-path '" + o.disk_path + "' without --disk-quota");
+  if (o.disk_quota.empty()) return Status::ok();
+  if (o.backend != "none") {
+    return Status::invalid("--disk-quota: the " + o.backend +
+                           " backend has no disk tier yet (use --backend none)");
+  }
+  if (o.disk_path.empty()) return Status::invalid("--disk-quota needs --disk-path");
+  if (!std::filesystem::is_directory(o.disk_path))
+    return Status::invalid("--disk-path: '" + o.disk_path + "' is not an existing directory");
+  if (access(o.disk_path.c_str(), W_OK) != 0)
+    return Status::invalid("--disk-path: '" + o.disk_path + "' is not writable");
+  return Status::ok();
 }
 
 Result<BackendOptions> backend_from(const SimOptions& o) {
@@ -125,17 +156,20 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   CLI::App* sim = app.add_subcommand("sim", "Replay a request trace through the cache");
   sim->add_option("--model", o.model, "HuggingFace config.json of the model")->required();
   sim->add_option("--trace", o.trace, "Mooncake JSONL trace, or synthetic:N[:SEED]")->required();
-  sim->add_option("--limit", o.limit, "read at most this many requests");
+  sim->add_option("--limit", o.limit, "read at most this many requests (0: all of them)");
   sim->add_option("--gpu-quota", o.gpu_quota, "GPU cache quota");
-  sim->add_option("--host-quota", o.host_quota, "host tier quota");
-  sim->add_option("--disk-quota", o.disk_quota, "disk tier quota (none backend only)");
+  sim->add_option("--host-quota", o.host_quota, "host tier quota (none: no host tier)");
+  sim->add_option("--disk-quota", o.disk_quota,
+                  "disk tier quota (none backend only; needs --disk-path)");
+  sim->add_option("--disk-path", o.disk_path, "an existing, writable directory for the disk tier");
   sim->add_option("--tp", o.tp, "tensor-parallel size");
   sim->add_option("--max-batch", o.max_batch, "requests per step");
   sim->add_option("--max-tokens-per-step", o.max_tokens_per_step, "token budget per step");
   sim->add_option("--snapshot-policy", o.snapshot_policy,
                   "comma list: periodic:N, start:N, from-end:N, end, branch, demand");
   sim->add_option("--spec-tokens", o.spec_tokens, "speculative tokens (replay buffers)");
-  sim->add_option("--backend", o.backend, "none or host");
+  sim->add_option("--backend", o.backend,
+                  "none (metadata only, any scale) or host (real bytes in host memory)");
   sim->add_flag("--verify", o.verify, "check every page through the fake engine (host backend)");
   sim->add_flag("--attention-only", o.attention_only, "drop the recurrent layers");
   sim->add_option("--arrival", o.arrival, "asap or timestamps");
@@ -150,6 +184,7 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
 }
 
 int run_sim_command(const SimOptions& o) {
+  if (Status s = check_outputs_and_disk(o); !s) return fail(s.message());
   Result<ServingConfig> serving = serving_from(o);
   if (!serving) return fail(serving.status().message());
   Result<BackendOptions> backend = backend_from(o);
@@ -157,7 +192,7 @@ int run_sim_command(const SimOptions& o) {
   Result<ModelDescription> model = model_from(o);
   if (!model) return fail(model.status().message());
   Result<std::vector<TraceRequest>> trace = o.trace.rfind("synthetic:", 0) == 0
-                                                ? synthetic_trace(o.trace)
+                                                ? synthetic_trace(o.trace, o.limit)
                                                 : read_mooncake_trace(o.trace, o.limit);
   if (!trace) return fail(trace.status().message());
   if (!o.write_trace.empty()) {

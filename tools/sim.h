@@ -11,16 +11,17 @@ namespace hybridkv::tools {
 struct SimOptions {
   std::string model;
   std::string trace;
-  uint64_t limit = 0;  // requests read from the trace (0: all)
+  uint64_t limit = 0;  // requests read from the trace (0: all of them)
   std::string gpu_quota = "40GiB";
   std::string host_quota;
   std::string disk_quota;
+  std::string disk_path;
   uint32_t tp = 1;
   uint32_t max_batch = 64;
   uint64_t max_tokens_per_step = 8192;
   std::string snapshot_policy = "periodic:512";
   uint32_t spec_tokens = 0;
-  std::string backend = "host";
+  std::string backend = "none";
   bool verify = false;
   bool attention_only = false;
   std::string arrival = "asap";  // asap | timestamps

@@ -92,7 +92,7 @@ class Scheduler {
   uint64_t longest_ = 0;  // the longest request the GPU tier holds
   bool preempt_by_swap_ = false;
   SimCounters c_;
-  std::deque<Waiting> waiting_;  // by order, never-admitted requests last in arrival order
+  std::deque<Waiting> waiting_;       // by order, never-admitted requests last in arrival order
   std::optional<Running> admitting_;  // created, waiting for room to resume
   std::vector<Running> running_;      // oldest first
   std::vector<Running> suspended_;    // oldest first
@@ -345,8 +345,8 @@ void Scheduler::progress(bool last) {
 std::string Scheduler::stuck_message() const {
   return "no request computed a new token in " + std::to_string(kStuckSteps) + " steps (" +
          std::to_string(running_.size()) + " running, " + std::to_string(suspended_.size()) +
-         " preempted, " + std::to_string(waiting_.size()) + " waiting; last refusal: " +
-         (last_refusal_.empty() ? "none" : last_refusal_) +
+         " preempted, " + std::to_string(waiting_.size()) +
+         " waiting; last refusal: " + (last_refusal_.empty() ? "none" : last_refusal_) +
          "): the GPU tier cannot hold what this traffic needs at once; raise --gpu-quota or "
          "lower --max-batch";
 }

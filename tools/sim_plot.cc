@@ -48,10 +48,10 @@ std::string frame(const Panel& p, const std::string& y_title, double y_step, boo
   std::string s = "<rect x='" + num(p.left) + "' y='" + num(p.top) + "' width='" + num(p.width) +
                   "' height='" + num(p.height) + "' fill='none' stroke='#888'/>\n";
   for (double v = 0; v <= p.y_max + 1e-9; v += y_step) {
-    const std::string label = percent ? num(v * 100).substr(0, num(v * 100).find('.')) + "%"
-                                      : tokens_label(v);
-    s += "<line x1='" + num(p.left) + "' x2='" + num(p.left + p.width) + "' y1='" +
-         num(p.y(v)) + "' y2='" + num(p.y(v)) + "' stroke='#eee'/>\n";
+    const std::string label =
+        percent ? num(v * 100).substr(0, num(v * 100).find('.')) + "%" : tokens_label(v);
+    s += "<line x1='" + num(p.left) + "' x2='" + num(p.left + p.width) + "' y1='" + num(p.y(v)) +
+         "' y2='" + num(p.y(v)) + "' stroke='#eee'/>\n";
     s += "<text x='" + num(p.left - 6) + "' y='" + num(p.y(v) + 4) + "' text-anchor='end'>" +
          label + "</text>\n";
   }
@@ -92,19 +92,22 @@ std::string svg_plot(const std::vector<Sample>& samples,
       "font-size='12'>\n<rect width='800' height='520' fill='white'/>\n";
   s += "<text x='80' y='22' font-size='14'>" + title + "</text>\n";
   s += frame(reuse, "prompt tokens reused so far", y_step, false);
-  s += line(reuse, samples, [](const Sample& x) { return std::optional<double>(x.bound); },
-            "#999");
-  s += line(reuse, samples, [](const Sample& x) { return std::optional<double>(x.reused); },
-            "#1f77b4");
+  s += line(
+      reuse, samples, [](const Sample& x) { return std::optional<double>(x.bound); }, "#999");
+  s += line(
+      reuse, samples, [](const Sample& x) { return std::optional<double>(x.reused); }, "#1f77b4");
   s += "<text x='560' y='70' fill='#1f77b4'>reused</text>\n";
   s += "<text x='560' y='86' fill='#777'>bound (unlimited memory)</text>\n";
   s += frame(memory, "GPU slots in use, by pool group", 0.25, true);
   for (size_t g = 0; g < pool_group_names.size(); ++g) {
     const std::string color = colors[g % 5];
-    s += line(memory, samples, [g](const Sample& x) -> std::optional<double> {
-      if (g >= x.gpu_used.size()) return std::nullopt;
-      return x.gpu_used[g];
-    }, color);
+    s += line(
+        memory, samples,
+        [g](const Sample& x) -> std::optional<double> {
+          if (g >= x.gpu_used.size()) return std::nullopt;
+          return x.gpu_used[g];
+        },
+        color);
     s += "<text x='" + num(80 + 170.0 * static_cast<double>(g)) + "' y='490' fill='" + color +
          "'>" + pool_group_names[g] + "</text>\n";
   }

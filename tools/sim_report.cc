@@ -76,8 +76,9 @@ nlohmann::json settings_json(const SimOptions& o) {
 }
 
 // What ran, before the figures.
-void print_header(const SimOptions& o, const ModelDescription& model, const StoragePlan& plan,
+void print_header(const SimOptions& o, const ModelDescription& model, HybridCacheManager& h,
                   size_t requests) {
+  const StoragePlan& plan = h.plan();
   std::printf("model               %s (%s%s), TP %u\n", o.model.c_str(), model.model_type.c_str(),
               o.attention_only ? ", recurrent layers dropped: --attention-only" : "", o.tp);
   std::printf("trace               %s: %zu requests, arrival %s\n", o.trace.c_str(), requests,
@@ -95,6 +96,17 @@ void print_header(const SimOptions& o, const ModelDescription& model, const Stor
   std::printf("scheduler           max batch %u, %llu tokens per step, snapshot policy %s\n",
               o.max_batch, static_cast<unsigned long long>(o.max_tokens_per_step),
               o.snapshot_policy.c_str());
+  if (h.state_group()) {
+    const uint64_t states =
+        plan.slots(TierKind::kGpu, plan.cache_group(*h.state_group()).pool_group);
+    if (states < o.max_batch) {
+      std::printf(
+          "note                --max-batch %u, but the GPU tier holds %llu states: at most "
+          "%llu requests run at once\n",
+          o.max_batch, static_cast<unsigned long long>(states),
+          static_cast<unsigned long long>(states));
+    }
+  }
   std::printf("\n");
 }
 
@@ -143,9 +155,10 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
   std::printf("requests            %zu run in %llu steps", requests - c.skipped,
               static_cast<ull>(c.steps));
   if (c.skipped > 0) {
-    std::printf("; %llu skipped: longer than one request can be on the GPU (the longest needs %llu "
-                "tokens)",
-                static_cast<ull>(c.skipped), static_cast<ull>(c.skipped_longest));
+    std::printf(
+        "; %llu skipped: longer than one request can be on the GPU (the longest needs %llu "
+        "tokens)",
+        static_cast<ull>(c.skipped), static_cast<ull>(c.skipped_longest));
   }
   std::printf("\n");
   std::printf("prompt tokens       %llu\n", static_cast<ull>(c.prompt_tokens));
@@ -157,17 +170,19 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
       100 * f.share(c.reused_tokens, f.bound));
   std::printf("SSM snapshot hits   %llu of %llu lookups (re-admissions after recompute count)\n",
               static_cast<ull>(f.snapshot_hits), static_cast<ull>(f.snapshot_lookups));
-  std::printf("preemptions         %llu suspended (pages kept) / %llu resumed; %llu freed and "
-              "recomputed; %llu admissions waited for room\n",
-              static_cast<ull>(c.suspends), static_cast<ull>(c.resumes),
-              static_cast<ull>(c.recomputes), static_cast<ull>(c.failed_admissions));
+  std::printf(
+      "preemptions         %llu suspended (pages kept) / %llu resumed; %llu freed and "
+      "recomputed; %llu admissions waited for room\n",
+      static_cast<ull>(c.suspends), static_cast<ull>(c.resumes), static_cast<ull>(c.recomputes),
+      static_cast<ull>(c.failed_admissions));
   std::printf("offloaded           %s   onboarded %s   dropped pages %llu\n",
               format_bytes(c.bytes_offloaded - c.bytes_offload_cancelled).c_str(),
               format_bytes(c.bytes_onboarded).c_str(), static_cast<ull>(c.pages_dropped));
   if (c.bytes_offload_cancelled > 0) {
-    std::printf("                    (%s more offloads were cancelled: their pages were dropped "
-                "before the copy ran)\n",
-                format_bytes(c.bytes_offload_cancelled).c_str());
+    std::printf(
+        "                    (%s more offloads were cancelled: their pages were dropped "
+        "before the copy ran)\n",
+        format_bytes(c.bytes_offload_cancelled).c_str());
   }
   std::printf("peak GPU slots      ");
   for (const PoolGroup& pg : plan.pool_groups()) {
@@ -196,7 +211,7 @@ int report(const SimOptions& o, const ModelDescription& model,
     f.snapshot_lookups = rs.groups[h.state_group()->value].lookups;
   }
   const nlohmann::json j = to_json(o, model, reqs.size(), c, f, engine, seconds);
-  print_header(o, model, h.plan(), reqs.size());
+  print_header(o, model, h, reqs.size());
   print_text(o, h.plan(), reqs.size(), c, f, engine);
   std::printf("wall time           %.1f s (queued copies drained)\n", seconds);
   if (!o.json.empty()) {
@@ -208,9 +223,9 @@ int report(const SimOptions& o, const ModelDescription& model,
   if (!o.svg.empty()) {
     std::ofstream out(o.svg);
     if (!out) return fail("--svg: cannot write '" + o.svg + "'");
-    out << svg_plot(c.samples, pool_group_names(h.plan()),
-                    model.model_type + (o.attention_only ? " (attention only)" : "") + " on " +
-                        o.trace);
+    out << svg_plot(
+        c.samples, pool_group_names(h.plan()),
+        model.model_type + (o.attention_only ? " (attention only)" : "") + " on " + o.trace);
     std::printf("plot                %s\n", o.svg.c_str());
   }
   return c.mismatches == 0 ? 0 : 1;

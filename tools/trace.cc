@@ -2,6 +2,7 @@
 
 #include "hybridkv/testing/mix.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -92,9 +93,9 @@ Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, u
       r.hash_ids.push_back(h.get<uint64_t>());
     }
     if (r.hash_ids.size() != blocks_of(r)) {
-      return fail("hash_ids holds " + std::to_string(r.hash_ids.size()) +
-                  " ids but input_length " + std::to_string(r.input_length) + " needs " +
-                  std::to_string(blocks_of(r)) + " (one per 512-token block)");
+      return fail("hash_ids holds " + std::to_string(r.hash_ids.size()) + " ids but input_length " +
+                  std::to_string(r.input_length) + " needs " + std::to_string(blocks_of(r)) +
+                  " (one per 512-token block)");
     }
     r.index = out.size();
     out.push_back(std::move(r));
@@ -104,7 +105,7 @@ Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, u
   return out;
 }
 
-Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec) {
+Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec, uint64_t limit) {
   // synthetic:N[:seed]
   const size_t a = spec.find(':'), b = spec.find(':', a + 1);
   uint64_t n = 0, seed = 1;
@@ -116,6 +117,7 @@ Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec) {
   }
   if (n == 0 || n > 1'000'000)
     return Status::invalid("--trace " + spec + ": N must be in [1, 1000000]");
+  if (limit > 0) n = std::min(n, limit);
   std::mt19937_64 rng(seed);
   std::vector<TraceRequest> out;
   uint64_t next_id = 1ull << 41, t = 0;

@@ -32,8 +32,9 @@ std::vector<int32_t> output_tokens(const TraceRequest& request);
 Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, uint64_t limit);
 
 // Synthetic traffic: multi-turn chats (each turn's prompt is the conversation so far) and agents
-// that share a system prompt. `spec` is "synthetic:N[:seed]".
-Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec);
+// that share a system prompt. `spec` is "synthetic:N[:seed]"; `limit` (0: none) keeps the first
+// requests of it.
+Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec, uint64_t limit);
 
 // Writes the trace as Mooncake JSONL (timestamp, input_length, output_length, hash_ids), so that a
 // synthetic trace can be replayed or checked by other tools.

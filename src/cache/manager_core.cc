@@ -39,14 +39,17 @@ Status ManagerCore::check_group(uint32_t id, CacheGroupId group, uint32_t beam) 
 }
 
 // Every mutation while the metadata is small (every unit and randomized test: up to
-// kCheckEveryOpUpTo pages and tree nodes); beyond, once per size / kAmortizedCost mutations, so
-// that a long simulation in a Debug build costs about kAmortizedCost entries of checking per
+// kCheckEveryOpUpTo slots, pages and tree nodes); beyond, once per size / kAmortizedCost mutations,
+// so that a long simulation in a Debug build costs about kAmortizedCost entries of checking per
 // mutation instead of the whole state.
 void ManagerCore::after_mutation() const {
 #ifdef HYBRIDKV_DEBUG_INVARIANTS
   constexpr uint64_t kCheckEveryOpUpTo = 4096;
   constexpr uint64_t kAmortizedCost = 64;
-  const uint64_t size = storage_.page_capacity() + index_.tree().capacity();
+  uint64_t size = storage_.page_capacity() + index_.tree().capacity();
+  for (const TierPlan& t : plan_.tiers()) {
+    for (uint64_t slots : t.slots) size += slots;  // the checker walks every slot too
+  }
   if (size > kCheckEveryOpUpTo && ++mutations_since_check_ * kAmortizedCost < size) return;
   mutations_since_check_ = 0;
   const std::string err = check_locked();

@@ -13,9 +13,9 @@ using storage::Ref;
 
 // What a resume needs per GPU pool group.
 struct ManagerCore::ResumeNeeds {
-  std::vector<uint64_t> pages;       // GPU slots to make free: fresh pages, pages to onboard
-  std::vector<uint64_t> locked;      // GPU slots that newly stay locked after the resume
-  storage::Exclusions excluded;      // own queued pages, per tier: no room for the resume
+  std::vector<uint64_t> pages;   // GPU slots to make free: fresh pages, pages to onboard
+  std::vector<uint64_t> locked;  // GPU slots that newly stay locked after the resume
+  storage::Exclusions excluded;  // own queued pages, per tier: no room for the resume
 };
 
 ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool first) const {
@@ -89,7 +89,8 @@ Status ManagerCore::resume_allowed(uint32_t id, const CacheRecord& rec, bool fir
   return Status::ok();
 }
 
-Status ManagerCore::can_resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups) const {
+Status ManagerCore::can_resume(uint32_t id,
+                               const std::vector<CacheGroupId>& optional_groups) const {
   std::shared_lock lock(mu_);
   if (Status s = expect_state(id, CacheState::kSuspended, "resume"); !s) return s;
   const CacheRecord& rec = caches_[id];

@@ -20,6 +20,7 @@
 #include <algorithm>
 
 #include "hybridkv/hybrid.h"
+#include "hybridkv/units.h"
 
 namespace hybridkv {
 
@@ -143,6 +144,32 @@ void add_rank_layers(const ModelDescription& model, const ServingConfig& s, Mana
   }
 }
 
+// Every living cache holds at least one page of every buffer (a KV block, a state). Batches
+// beyond what any GPU could hold are refused before anything is sized for them (a huge
+// max_batch would otherwise build a typical step of that many requests): more than
+// kMaxLiveCaches living caches on one rank, or more bytes than the largest quota accepted.
+Status check_live_caches_fit(const ServingConfig& s, const ManagerConfig& c) {
+  constexpr uint64_t kMaxLiveCaches = 1ull << 20;
+  constexpr uint64_t kMaxQuotaBytes = 1ull << 60;  // validate.cc's bound on any tier
+  uint64_t per_request = 0;
+  for (const AttentionLayerConfig& l : c.attention_layers) {
+    for (const BufferConfig& b : l.buffers) per_request += b.bytes_per_page;
+  }
+  for (const SsmLayerConfig& l : c.ssm_layers) {
+    for (const BufferConfig& b : l.buffers) per_request += b.bytes_per_page;
+  }
+  const uint64_t live = max_live_caches(s);
+  const bool too_many = live > kMaxLiveCaches;
+  const bool too_big = per_request > 0 && live > kMaxQuotaBytes / per_request;
+  if (!too_many && !too_big) return Status::ok();
+  return Status::invalid(
+      "max_batch " + std::to_string(s.max_batch) + " and dummy_slots " +
+      std::to_string(s.dummy_slots) + " give " + std::to_string(live) +
+      " living caches on this rank: beyond what any GPU quota could hold (at most " +
+      std::to_string(kMaxLiveCaches) + " living caches are planned for, and each holds at least " +
+      "one KV block and one state, " + format_bytes(per_request) + ")");
+}
+
 }  // namespace
 
 Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const ServingConfig& s) {
@@ -151,6 +178,7 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
   c.tokens_per_block = s.tokens_per_block;
   const uint32_t tpb = s.tokens_per_block == 0 ? 1 : s.tokens_per_block;
   add_rank_layers(model, s, c);
+  if (Status v = check_live_caches_fit(s, c); !v) return v;
   c.tiers = s.tiers;
   c.max_util_for_resume = s.max_util_for_resume;
   c.max_live_kv_caches = static_cast<uint32_t>(max_live_caches(s));

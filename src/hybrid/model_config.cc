@@ -1,4 +1,5 @@
 // Reading HuggingFace config.json files into ModelDescriptions.
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -142,6 +143,17 @@ Result<ModelDescription> parse_model_config(std::string_view json_text, const Mo
         out.ssm_dtype = *d;
       }
     }
+    // The checkpoint dtype: not what the cache stores (options.kv_dtype says that), but a
+    // misspelt one is a broken config and is refused rather than ignored.
+    for (const char* key : {"torch_dtype", "dtype"}) {
+      if (!f.has(key) || j[key].is_null()) continue;
+      const std::string name = f.string(key);
+      if (name != "auto" && !parse_dtype(name)) {
+        f.fail(key, "'" + name +
+                        "' is not a dtype hybridkv knows (float32, float16, bfloat16, "
+                        "float8_e4m3fn, float8_e5m2, int8, auto)");
+      }
+    }
     if (f.has("num_nextn_predict_layers")) {
       out.num_mtp_layers = static_cast<uint32_t>(f.non_negative("num_nextn_predict_layers"));
     }
@@ -158,6 +170,11 @@ Result<ModelDescription> parse_model_config(std::string_view json_text, const Mo
 }
 
 Result<ModelDescription> read_model_config(const std::string& path, const ModelOptions& options) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::invalid(path + ": is a directory; give the model's config.json (e.g. " +
+                           (std::filesystem::path(path) / "config.json").string() + ")");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status(StatusCode::kNotFound, path + ": cannot open the file");
   std::ostringstream text;

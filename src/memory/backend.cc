@@ -1,6 +1,8 @@
 // The none and host backends.
 #include "memory/backend.h"
 
+#include "hybridkv/units.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -67,6 +69,8 @@ class HostBackend final : public MemoryBackend {
       if (tier.kind == TierKind::kDisk) {
         return Status::invalid("the host backend has no DISK tier yet (file-backed tier planned)");
       }
+    }
+    for (const TierPlan& tier : plan.tiers()) {
       for (const PoolGroup& pg : plan.pool_groups()) {
         for (uint32_t p = 0; p < pg.pools.size(); ++p) {
           const uint64_t bytes = tier.slots[pg.id.value] * pg.pools[p].slot_bytes;
@@ -74,10 +78,14 @@ class HostBackend final : public MemoryBackend {
           region.slot_bytes = pg.pools[p].slot_bytes;
           region.bytes.reset(new (std::nothrow) std::byte[bytes == 0 ? 1 : bytes]);
           if (!region.bytes) {
+            const std::string what =
+                tier.kind == TierKind::kGpu
+                    ? "host memory (standing in for the GPU tier)"
+                    : std::string("host memory for the ") + tier_kind_name(tier.kind) + " tier";
             return Status(StatusCode::kOutOfPages,
-                          std::string("host backend: cannot allocate ") + std::to_string(bytes) +
-                              " bytes for pool group " + std::to_string(pg.id.value) + " on " +
-                              tier_kind_name(tier.kind));
+                          "host backend: cannot allocate " + format_bytes(bytes) + " of " + what +
+                              " for pool group " + std::to_string(pg.id.value) +
+                              "; lower the quota or use --backend none");
           }
           std::memset(region.bytes.get(), 0, bytes);
           regions_[key(tier.kind, pg.id, p)] = std::move(region);

@@ -8,23 +8,25 @@ jobs=$(nproc)
 echo "== format check"
 git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
 
-echo "== release build"
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "== release build (build/release: library, CLI, tests, benchmarks)"
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
-echo "== sanitizer build (ASan + UBSan)"
+echo "== sanitizer build (build/asan: Debug with ASan + UBSan; invariants checked after every mutation)"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHYBRIDKV_SANITIZE=ON \
-  -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF
+  -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF >/dev/null
 cmake --build build/asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs"
 
 echo "== ThreadSanitizer build (copy engine and concurrency tests)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDKV_TSAN=ON \
-  -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF
+  -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF >/dev/null
 cmake --build build/tsan -j "$jobs" --target kv_cache_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/kv_cache_test \
   --gtest_filter='Lifecycle.NothingReads*:Lifecycle.Concurrent*:Lifecycle.SuspendedPages*'
 cmake --build build/tsan -j "$jobs" --target reuse_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/reuse_test --gtest_filter='Reuse.ProbesRun*:Reuse.TreePages*'
+cmake --build build/tsan -j "$jobs" --target storage_test
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/storage_test --gtest_filter='StorageHostBackend.*'

@@ -2,6 +2,7 @@
 // (priority, then least recently used), the tier cascade, and storage's own checker.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -138,6 +139,46 @@ TEST_F(StorageTest, CheckerFindsAPageWithNoHolder) {
   make(false);
   (void)storage_->allocate(group_, kGpuTier);  // nobody took a reference or ownership
   EXPECT_NE(storage_->check().find("no holder"), std::string::npos) << storage_->check();
+}
+
+// Host backend: a page dropped before its offload copy ran has the copy cancelled (the bus
+// carries nothing for it); pages that stay get their bytes.
+TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
+  const StoragePlan plan = small_plan(true);  // host: 4 slots
+  std::unique_ptr<memory::MemoryBackend> backend =
+      std::move(memory::make_backend({BackendKind::kHost})).value();
+  ASSERT_TRUE(backend->allocate(plan).is_ok());
+  Storage storage(plan, backend.get());
+  Recorder recorder;
+  storage.set_observer(&recorder);
+  const PoolGroupId pg(0);
+  const uint64_t slot_bytes = plan.pool_group(pg).pools[0].slot_bytes;
+  std::vector<PageId> ids;
+  while (storage.counts(kGpuTier, pg).free > 0) {
+    ids.push_back(storage.allocate(CacheGroupId(0), kGpuTier));
+    storage.set_owner(ids.back(), static_cast<OwnerTag>(ids.size() - 1));
+    std::byte* at = backend->pool_base(TierKind::kGpu, pg, 0) +
+                    storage.page(ids.back()).slot.value * slot_bytes;
+    std::memset(at, static_cast<int>(ids.size() % 251), slot_bytes);
+  }
+  backend->set_copy_gate(false);       // hold every copy
+  storage.make_room(kGpuTier, pg, 4);  // pages 0-3 go to the host, copies queued
+  (void)storage.flush();
+  storage.make_room(kGpuTier, pg, 8);  // pages 4-7 follow and push 0-3 out: dropped
+  (void)storage.flush();
+  EXPECT_EQ(recorder.dropped, (std::vector<OwnerTag>{0, 1, 2, 3}));
+  EXPECT_EQ(storage.stats().pages_offload_cancelled, 4u);
+  EXPECT_EQ(storage.stats().bytes_offload_cancelled, 4 * plan.pool_group(pg).slot_bytes);
+  backend->set_copy_gate(true);
+  backend->wait(CopyEvent{UINT64_MAX});
+  for (size_t k = 4; k < 8; ++k) {
+    const Page& p = storage.page(ids[k]);
+    ASSERT_EQ(p.tier, TierKind::kHost);
+    const std::byte* at = backend->pool_base(TierKind::kHost, pg, 0) + p.slot.value * slot_bytes;
+    EXPECT_EQ(at[0], static_cast<std::byte>((k + 1) % 251)) << "page " << k;
+    EXPECT_EQ(at[slot_bytes - 1], static_cast<std::byte>((k + 1) % 251)) << "page " << k;
+  }
+  EXPECT_EQ(storage.check(), "");
 }
 
 }  // namespace

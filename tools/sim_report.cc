@@ -228,6 +228,7 @@ int report(const SimOptions& o, const ModelDescription& model,
         model.model_type + (o.attention_only ? " (attention only)" : "") + " on " + o.trace);
     std::printf("plot                %s\n", o.svg.c_str());
   }
+  std::fflush(stdout);
   return c.mismatches == 0 ? 0 : 1;
 }
 

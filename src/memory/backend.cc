@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -76,7 +77,9 @@ class HostBackend final : public MemoryBackend {
           const uint64_t bytes = tier.slots[pg.id.value] * pg.pools[p].slot_bytes;
           Region region;
           region.slot_bytes = pg.pools[p].slot_bytes;
-          region.bytes.reset(new (std::nothrow) std::byte[bytes == 0 ? 1 : bytes]);
+          // calloc: large blocks come zeroed from the kernel and are touched only when used, so
+          // a big quota costs nothing until pages are written (a memset faulted in every byte).
+          region.bytes.reset(static_cast<std::byte*>(std::calloc(bytes == 0 ? 1 : bytes, 1)));
           if (!region.bytes) {
             const std::string what =
                 tier.kind == TierKind::kGpu
@@ -87,7 +90,6 @@ class HostBackend final : public MemoryBackend {
                               " for pool group " + std::to_string(pg.id.value) +
                               "; lower the quota or use --backend none");
           }
-          std::memset(region.bytes.get(), 0, bytes);
           regions_[key(tier.kind, pg.id, p)] = std::move(region);
           pools_per_group_[pg.id.value] = static_cast<uint32_t>(pg.pools.size());
         }
@@ -137,8 +139,11 @@ class HostBackend final : public MemoryBackend {
   }
 
  private:
+  struct FreeBytes {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
   struct Region {
-    std::unique_ptr<std::byte[]> bytes;
+    std::unique_ptr<std::byte, FreeBytes> bytes;
     uint64_t slot_bytes = 0;
   };
   struct Batch {

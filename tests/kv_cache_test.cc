@@ -108,7 +108,12 @@ TEST_F(Lifecycle, RefusedResumeLeavesCacheSuspendedAndNothingChanged) {
     held.push_back(make_request(*m, random_tokens(rng_, 40), 40));
     Request& r = held.back();
     const std::string before = testing::debug_snapshot(*m);
+    // can_resume() answers what resume() will, and changes nothing either way.
+    const Status asked = r.cache->can_resume();
+    EXPECT_EQ(testing::debug_snapshot(*m), before);
     refused = r.cache->resume({});
+    EXPECT_EQ(asked.code(), refused.code()) << asked.to_string() << " / " << refused.to_string();
+    EXPECT_EQ(asked.message(), refused.message());
     if (!refused.is_ok()) {
       EXPECT_EQ(testing::debug_snapshot(*m), before);
       EXPECT_EQ(r.cache->state(), CacheState::kSuspended);

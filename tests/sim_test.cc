@@ -270,4 +270,59 @@ TEST(Sim, TheLargestSyntheticTraceIsAccepted) {
   EXPECT_NE(r.out.find("200 requests"), std::string::npos) << r.out;
 }
 
+// The report says what ran and what its terms mean; the JSON holds every setting (enough to
+// run it again); the plot shows reuse against its bound and memory per pool group, with the step
+// count of the text; the progress output reaches 100 %.
+TEST(Sim, ReportSaysWhatRanAndThePlotAgreesWithIt) {
+  const std::string json = scratch("report.json"), svg = scratch("report.svg");
+  const CliRun r =
+      run_cli("sim --model " + kModel + " --trace " + kSlice +
+              " --limit 40 --gpu-quota 4GiB --max-batch 8 --json " + json + " --svg " + svg);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("40/40 requests done (100%)"), std::string::npos) << r.err;
+  for (const std::string& shown : std::vector<std::string>{
+           "model               " + kModel, "trace               " + kSlice,
+           "backend             none", std::string("GPU tier            4.00 GiB"),
+           std::string("pool group 0 (state)"), std::string("max batch 8"),
+           std::string("bound: what unlimited memory would reuse"), "JSON report         " + json,
+           "plot                " + svg}) {
+    EXPECT_NE(r.out.find(shown), std::string::npos) << shown << "\n" << r.out;
+  }
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  const nlohmann::json& settings = j["settings"];
+  for (const char* key :
+       {"model", "trace", "limit", "gpu_quota", "host_quota", "disk_quota", "tp", "max_batch",
+        "max_tokens_per_step", "snapshot_policy", "spec_tokens", "backend", "verify",
+        "attention_only", "arrival", "step_ms", "typical_len"}) {
+    EXPECT_TRUE(settings.contains(key)) << key;
+  }
+  EXPECT_EQ(settings["max_batch"].get<uint64_t>(), 8u);
+  const std::string plot = slurp(svg);
+  EXPECT_NE(plot.find("bound (unlimited memory)"), std::string::npos);
+  EXPECT_NE(plot.find("pool group 1 (attention)"), std::string::npos);
+  EXPECT_NE(
+      plot.find("x: scheduler steps (" + std::to_string(j["steps"].get<uint64_t>()) + " in all)"),
+      std::string::npos);
+  std::remove(json.c_str());
+  std::remove(svg.c_str());
+}
+
+// A batch larger than the states the GPU tier holds is stated, not silently capped; a pool that
+// host memory cannot hold names host memory, not the GPU.
+TEST(Sim, StatedNotesAndHostMemoryErrors) {
+  const CliRun r = run_cli("sim --model " + std::string(HKV_MODELS_DIR) + "/zamba2_2_7b.json" +
+                           " --trace " + kSlice + " --limit 5 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("note                --max-batch 64, but the GPU tier holds"),
+            std::string::npos)
+      << r.out;
+#ifndef HKV_SANITIZED  // ASan reports the huge allocation itself
+  const CliRun big = run_cli("sim --model " + kModel + " --trace " + kSlice +
+                             " --limit 5 --backend host --gpu-quota 512TiB");
+  EXPECT_EQ(big.exit_code, 2);
+  EXPECT_NE(big.err.find("host memory (standing in for the GPU tier)"), std::string::npos)
+      << big.err;
+#endif
+}
+
 }  // namespace

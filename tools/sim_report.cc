@@ -135,7 +135,7 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_
   j["ssm_snapshot_lookups"] = f.snapshot_lookups;
   j["suspends"] = c.suspends;
   j["resumes"] = c.resumes;
-  j["bytes_offloaded"] = c.bytes_offloaded;
+  j["bytes_offloaded"] = c.bytes_offloaded - c.bytes_offload_cancelled;  // copies that ran
   j["bytes_onboarded"] = c.bytes_onboarded;
   j["pages_dropped"] = c.pages_dropped;
   j["device_copies"] = c.device_copies;

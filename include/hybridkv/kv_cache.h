@@ -68,7 +68,8 @@ class KvCache {
   [[nodiscard]] Status suspend();
   // Requires: ACTIVE; history <= capacity; history >= history().
   [[nodiscard]] Status resize(uint64_t capacity, uint64_t history);
-  // Requires: not CLOSED. Frees every page (committed pages stay in the prefix tree).
+  // Frees every page (committed pages stay in the prefix tree). Idempotent: closing a CLOSED
+  // cache returns OK and changes nothing.
   [[nodiscard]] Status close();
 
   // Block table of a group for a beam (GPU slot ids). Requires: an attention group, beam <

@@ -248,9 +248,7 @@ void ManagerCore::release_all_pages(CacheRecord& rec) {
 Status ManagerCore::close(uint32_t id) {
   std::unique_lock lock(mu_);
   CacheRecord& rec = caches_[id];
-  if (rec.state == CacheState::kClosed) {
-    return Status(StatusCode::kFailedPrecondition, label(id) + ": close of a CLOSED cache");
-  }
+  if (rec.state == CacheState::kClosed) return Status::ok();  // idempotent (DESIGN §5)
   const bool active = rec.active();
   release_all_pages(rec);
   release_planned_drops_locked(rec);

@@ -20,6 +20,10 @@
 #include "prefix/prefix_index.h"
 #include "storage/storage.h"
 
+namespace hybridkv::testing {
+class ManagerInspector;
+}
+
 namespace hybridkv::cache_detail {
 
 // A cache's scalar fields, read together under one lock.
@@ -79,14 +83,10 @@ class ManagerCore {
   // whole metadata state for before/after equality. The testing library exposes both.
   std::string check() const;
   std::string snapshot() const;
-  // Calls fn(storage, index) under the shared lock (the testing library's inspections).
-  template <typename Fn>
-  void inspect(Fn&& fn) const {
-    std::shared_lock lock(mu_);
-    fn(storage_, index_);
-  }
 
  private:
+  friend class testing::ManagerInspector;  // reads storage_ and index_ under mu_ (shared)
+
   // All private members: Requires mu_ held (exclusively where they change anything).
   Status expect_state(uint32_t id, CacheState want, const char* op) const;
   Status check_group(uint32_t id, CacheGroupId group, uint32_t beam) const;

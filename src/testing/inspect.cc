@@ -16,21 +16,24 @@ std::string debug_snapshot(const KvCacheManager& manager) {
   return ManagerInspector::core(manager).snapshot();
 }
 
-std::vector<TreePage> tree_pages(const KvCacheManager& manager) {
+std::vector<TreePage> ManagerInspector::tree_pages(const cache_detail::ManagerCore& core) {
+  std::shared_lock lock(core.mu_);
   std::vector<TreePage> out;
-  ManagerInspector::core(manager).inspect(
-      [&](const storage::Storage& storage, const prefix::PrefixIndex& index) {
-        index.tree().for_each_node([&](prefix::NodeId id, const prefix::Node& node) {
-          const auto pages = index.tree().pages(id);
-          for (uint32_t g = 0; g < pages.size(); ++g) {
-            if (pages[g].page == storage::kNoPage) continue;
-            const storage::Page& p = storage.page(pages[g].page);
-            out.push_back(
-                {node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value, pages[g].coverage});
-          }
-        });
-      });
+  const prefix::RadixTree& tree = core.index_.tree();
+  tree.for_each_node([&](prefix::NodeId id, const prefix::Node& node) {
+    const auto pages = tree.pages(id);
+    for (uint32_t g = 0; g < pages.size(); ++g) {
+      if (pages[g].page == storage::kNoPage) continue;
+      const storage::Page& p = core.storage_.page(pages[g].page);
+      out.push_back(
+          {node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value, pages[g].coverage});
+    }
+  });
   return out;
+}
+
+std::vector<TreePage> tree_pages(const KvCacheManager& manager) {
+  return ManagerInspector::tree_pages(ManagerInspector::core(manager));
 }
 
 void set_copy_gate(KvCacheManager& manager, bool open) {

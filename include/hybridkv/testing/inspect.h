@@ -48,10 +48,12 @@ class InvariantChecker {
   std::map<std::pair<BlockKey, uint32_t>, uint32_t> coverage_;
 };
 
-// The friend of KvCacheManager through which this library reaches the manager's state.
+// The friend of KvCacheManager (and of its core) through which this library reaches the
+// manager's state.
 class ManagerInspector {
  public:
   static const cache_detail::ManagerCore& core(const KvCacheManager& manager);
+  static std::vector<TreePage> tree_pages(const cache_detail::ManagerCore& core);
 };
 
 }  // namespace hybridkv::testing

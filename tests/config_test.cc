@@ -203,7 +203,7 @@ TEST(ConfigValidation, ZeroSizeBufferIsAllowedAndDropped) {
   EXPECT_EQ(plan->buffer_group_id(1, "key_block_scale").status().code(), StatusCode::kNotFound);
 }
 
-TEST(ConfigNames, ParseAndPrintRoundTrip) {
+TEST(ConfigNames, DtypeNamesParseBackToTheirDtype) {
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M2,
                   DType::kINT8, DType::kUINT8}) {
     EXPECT_EQ(parse_dtype(dtype_name(d)), d);

@@ -352,7 +352,7 @@ TEST(HybridSnapshots, NextPointFollowsThePolicy) {
   EXPECT_EQ(h->cache(2)->reuse_match().reused_tokens, 512u);
 }
 
-TEST(HybridSnapshots, BranchPointAndDemandDriven) {
+TEST(HybridSnapshots, BranchAndDemandPointsEndChunksWhereTheTreeForksOrWasWanted) {
   ServingConfig s;
   s.max_batch = 2;
   s.tokens_per_block = 16;

@@ -33,7 +33,7 @@ class Lifecycle : public ::testing::Test {
   std::mt19937_64 rng_;
 };
 
-TEST_F(Lifecycle, PlanOfTheTestModel) {
+TEST_F(Lifecycle, TestModelPlansFourGroupsInThreePoolGroups) {
   auto m = make_manager(LifecycleModel{});
   const StoragePlan& plan = m->plan();
   ASSERT_EQ(plan.cache_groups().size(), 4u);

@@ -62,6 +62,9 @@ class KvCacheManager {
   StorageStats storage_stats() const;
   // min(max_seq_len, the longest single request the GPU tier of this manager can hold).
   uint64_t clamp_max_seq_len_for_mem(uint64_t max_seq_len) const;
+  // min(max_seq_len, the longest sequence that `batch_size` requests can each have while they
+  // are ACTIVE together); 0 when such a batch does not fit at all. Refused for batch_size 0.
+  Result<uint64_t> clamp_max_seq_len(uint64_t batch_size, uint64_t max_seq_len) const;
   // Refused (kFailedPrecondition) while caches are open.
   [[nodiscard]] Status shutdown();
 

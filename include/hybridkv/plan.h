@@ -182,6 +182,10 @@ class StoragePlan {
   // The longest single request the GPU tier can hold (full attention bounds it); nullopt when
   // nothing bounds it (no full-attention layer).
   std::optional<uint64_t> max_request_tokens() const;
+  // The longest request such that `batch_size` of them are ACTIVE at once on the GPU tier at
+  // max_util_for_resume, each with its states and window blocks (0: that batch does not fit at
+  // any length; nullopt: no full-attention layer bounds the length).
+  std::optional<uint64_t> max_request_tokens(uint64_t batch_size) const;
 
  private:
   ManagerConfig config_;

@@ -109,6 +109,13 @@ uint64_t KvCacheManager::clamp_max_seq_len_for_mem(uint64_t max_seq_len) const {
   return longest ? std::min(*longest, max_seq_len) : max_seq_len;
 }
 
+Result<uint64_t> KvCacheManager::clamp_max_seq_len(uint64_t batch_size,
+                                                   uint64_t max_seq_len) const {
+  if (batch_size == 0) return Status::invalid("clamp_max_seq_len: batch_size 0 must be > 0");
+  const std::optional<uint64_t> longest = core_->plan().max_request_tokens(batch_size);
+  return longest ? std::min(*longest, max_seq_len) : max_seq_len;
+}
+
 Status KvCacheManager::shutdown() { return core_->shutdown(); }
 
 void KvCacheManager::wait(CopyEvent event) { core_->backend().wait(event); }

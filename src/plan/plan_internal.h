@@ -67,5 +67,11 @@ std::optional<uint64_t> kv_tokens(const ManagerConfig& config, const StructureVi
                                   const std::vector<uint64_t>& slots);
 std::optional<uint64_t> longest_request(const ManagerConfig& config, const StructureView& s,
                                         const std::vector<uint64_t>& slots);
+// The longest request such that `batch` of them are ACTIVE together (0: the batch does not fit
+// at all; nullopt: no full attention bounds the length).
+std::optional<uint64_t> longest_request_in_batch(const ManagerConfig& config,
+                                                 const StructureView& s,
+                                                 const std::vector<uint64_t>& slots,
+                                                 uint64_t batch);
 
 }  // namespace hybridkv::plan_detail

@@ -71,6 +71,26 @@ std::optional<uint64_t> longest_request(const ManagerConfig& config, const Struc
   return tokens;
 }
 
+std::optional<uint64_t> longest_request_in_batch(const ManagerConfig& config,
+                                                 const StructureView& s,
+                                                 const std::vector<uint64_t>& slots,
+                                                 uint64_t batch) {
+  std::optional<uint64_t> tokens;
+  for (const PoolGroup& pg : s.pool_groups) {
+    const AttentionCounts c = count_attention(s, pg);
+    // Slots every request holds whatever its length: window and sink blocks, one state.
+    uint64_t fixed = c.window_slots;
+    for (CacheGroupId g : pg.groups) fixed += s.groups[g.value].kind == GroupKind::kSsm ? 1 : 0;
+    const uint64_t usable = usable_slots(slots[pg.id.value], config.max_util_for_resume);
+    if (batch * fixed > usable) return 0;
+    if (c.full == 0) continue;
+    const uint64_t blocks = (usable - batch * fixed) / (batch * c.full);
+    const uint64_t t = blocks * config.tokens_per_block;
+    tokens = tokens ? std::min(*tokens, t) : t;
+  }
+  return tokens;
+}
+
 }  // namespace hybridkv::plan_detail
 
 namespace hybridkv {
@@ -90,6 +110,13 @@ std::optional<uint64_t> StoragePlan::max_request_tokens() const {
   if (gpu == nullptr) return std::nullopt;
   const plan_detail::StructureView view{groups_, pool_groups_};
   return plan_detail::longest_request(config_, view, gpu->slots);
+}
+
+std::optional<uint64_t> StoragePlan::max_request_tokens(uint64_t batch_size) const {
+  const TierPlan* gpu = tier(TierKind::kGpu);
+  if (gpu == nullptr) return std::nullopt;
+  const plan_detail::StructureView view{groups_, pool_groups_};
+  return plan_detail::longest_request_in_batch(config_, view, gpu->slots, batch_size);
 }
 
 namespace {

@@ -191,6 +191,7 @@ struct BadConfig {
 TEST(ModelConfig, BadConfigsNameTheFieldAndValue) {
   const BadConfig cases[] = {
       {"{", "malformed JSON at byte 2"},
+      {R"({"model_type": 2e62144})", "malformed JSON"},  // a number beyond double (fuzz-found)
       {"[1, 2]", "the top level must be a JSON object"},
       {R"({"num_hidden_layers": 2})", "field 'model_type': is missing"},
       {R"({"model_type": "gpt5"})", "field 'model_type': 'gpt5' is unknown"},

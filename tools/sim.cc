@@ -215,7 +215,9 @@ int run_sim_command(const SimOptions& o) {
   const auto started = std::chrono::steady_clock::now();
   const SimCounters counters = run_scheduler(o, *trace, bound, h, engine.get());
   if (!counters.error.empty()) return fail(counters.error);
-  h.manager().synchronize();  // the wall time includes draining queued copies
+  // The wall time includes draining queued copies (the host backend's worker may lag).
+  if (!o.quiet) std::fprintf(stderr, "sim: waiting for the queued page copies to finish\n");
+  h.manager().synchronize();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report(o, *model, *trace, h, counters, engine.get(), seconds);

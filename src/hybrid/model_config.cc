@@ -116,6 +116,8 @@ Result<ModelDescription> parse_model_config(std::string_view json_text, const Mo
   } catch (const nlohmann::json::parse_error& e) {
     return Status::invalid(where + ": malformed JSON at byte " + std::to_string(e.byte) + ": " +
                            e.what());
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double's range
+    return Status::invalid(where + ": malformed JSON: " + e.what());
   }
   if (!j.is_object()) return Status::invalid(where + ": the top level must be a JSON object");
   ModelDescription out;

@@ -122,11 +122,6 @@ const std::vector<InvalidCase>& invalid_cases() {
        "pool_ratio has 2 entries but the plan has 4 pool groups"},
       {"empty typical step", [](ManagerConfig& c) { c.typical_step = BatchShape{}; },
        "typical_step: requests must not be empty"},
-      {"typical step capacity zero",
-       [](ManagerConfig& c) {
-         c.typical_step = BatchShape{{{0, 0}}, {}};
-       },
-       "typical_step.requests[0]: capacity 0 must be > 0"},
       {"history above capacity",
        [](ManagerConfig& c) {
          c.typical_step = BatchShape{{{64, 63}, {10, 11}}, {}};

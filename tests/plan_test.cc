@@ -302,6 +302,18 @@ TEST(Slots, ConstraintsOverrideAnInfeasibleExplicitRatio) {
   EXPECT_NE(plan.notes()[0].find("pool group 3: pool_ratio gives"), std::string::npos);
 }
 
+TEST(Slots, StateOnlyRequestsOfCapacityZeroReserveOnlyStateSlots) {
+  ManagerConfig c = example_config();
+  c.constraints.push_back(BatchShape{std::vector<RequestShape>(10, {0, 0}), {}});
+  const StoragePlan plan = build_ok(c);
+  // Ten requests with a state and no KV: each SSM group ceil(10 / .95) = 11 slots; the attention
+  // floors stay at one request's worst case, ceil(1 / .95) = 2 and ceil(7 / .95) = 8.
+  EXPECT_EQ(plan.pool_groups()[0].floor_slots, 11u);
+  EXPECT_EQ(plan.pool_groups()[1].floor_slots, 11u);
+  EXPECT_EQ(plan.pool_groups()[2].floor_slots, 2u);
+  EXPECT_EQ(plan.pool_groups()[3].floor_slots, 8u);
+}
+
 TEST(Slots, SharedSystemPromptBlocksAreCountedOnce) {
   ManagerConfig c = example_config();
   c.constraints.push_back(BatchShape{std::vector<RequestShape>(4, {160, 159}), 64});

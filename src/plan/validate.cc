@@ -73,7 +73,7 @@ void check_batch(const std::string& label, const BatchShape& batch, Errors& erro
   for (size_t i = 0; i < batch.requests.size(); ++i) {
     const RequestShape& r = batch.requests[i];
     const std::string at = label + ".requests[" + std::to_string(i) + "]";
-    if (r.capacity == 0) errors.add(at, ": capacity 0 must be > 0");
+    // capacity 0 is a state-only request (a recurrent layer's state and no KV yet).
     if (r.capacity > kMaxTokens) errors.add(at, ": capacity ", r.capacity, " exceeds ", kMaxTokens);
     if (r.history > r.capacity) {
       errors.add(at, ": history ", r.history, " must be <= capacity ", r.capacity);

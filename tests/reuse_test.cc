@@ -42,7 +42,9 @@ uint64_t slot_digest(const KvCacheManager& m, TierKind tier, PoolGroupId pg, uin
 }
 
 TEST_F(Reuse, ReusedPrefixHoldsWhatComputingWouldHaveWritten) {
-  auto m = make_manager(LifecycleModel{});
+  LifecycleModel model;
+  model.partial_reuse = true;  // B takes A's partial tail block too
+  auto m = make_manager(model);
   testing::FakeEngine engine(*m);
   const std::vector<int32_t> tokens = random_tokens(rng_, 300);
   Request a = make_request(*m, tokens, 200);
@@ -96,8 +98,30 @@ TEST_F(Reuse, SharedPagesNeverChangeWhileShared) {
   ASSERT_OK(engine.verify(*a.cache, a.fake));
 }
 
+// Without partial reuse no partial block is reused anywhere, not even a committed tail that
+// matches whole: B finds A's 12 full blocks (192 tokens) but not the 8-token tail to 200, and
+// with A's only snapshot at 200 the state cannot be restored earlier: nothing is reused.
+TEST_F(Reuse, WithoutPartialReuseNoPartialBlockIsReused) {
+  auto m = make_manager(LifecycleModel{});  // partial_reuse false
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 300);
+  Request a = make_request(*m, tokens, 200);
+  ASSERT_OK(resume_compute_commit(engine, a, 200));
+  ASSERT_OK(a.cache->close());
+  Request b = make_request(*m, tokens, 250);
+  const ReuseMatch match = b.cache->reuse_match();
+  EXPECT_EQ(match.divergence_tokens, 192u);
+  EXPECT_EQ(match.hybrid_tokens, 192u);
+  EXPECT_EQ(match.reused_tokens, 0u);
+  ASSERT_OK(b.cache->resume({}));
+  ASSERT_OK(advance(engine, b, 250));
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
 TEST_F(Reuse, MultiTurnReusesUpToEachSnapshot) {
-  auto m = make_manager(LifecycleModel{});  // tokens_per_block 16, commit_min_snapshot
+  LifecycleModel model;        // tokens_per_block 16, commit_min_snapshot
+  model.partial_reuse = true;  // later turns end inside a block
+  auto m = make_manager(model);
   testing::FakeEngine engine(*m);
   const std::vector<int32_t> conversation = random_tokens(rng_, 40);
   const std::pair<size_t, uint64_t> turns[] = {{10, 0}, {20, 10}, {25, 20}};

@@ -92,13 +92,15 @@ void Matcher::match_tail(uint64_t lookup) {
     uint64_t k = 0;
     while (k < limit && n.tokens[k] == tokens_[pos_ + k]) ++k;
     if (k == 0) continue;
+    // Without partial reuse no partial block is reused at all, not even a whole committed tail.
+    if (!plan_.config().enable_partial_reuse) continue;
     bool whole = !n.full && k == n.tokens.size();
     if (whole) {
       // The key also covers multimodal digests.
       whole = hasher_.key(tree_.node(node).key, tokens_.subspan(pos_, k),
                           digests(pos_, pos_ + k)) == n.key;
       if (!whole) continue;
-    } else if (!plan_.config().enable_partial_reuse || !digests(pos_, pos_ + k).empty()) {
+    } else if (!digests(pos_, pos_ + k).empty()) {
       continue;
     }
     if (k > best || (k == best && whole && !tail_whole_)) {

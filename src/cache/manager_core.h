@@ -119,10 +119,11 @@ class ManagerCore {
   int32_t priority_of(const CacheRecord& rec, uint64_t block) const;
 
   // resume.cc
+  struct ResumeNeeds;
   Status resume_locked(uint32_t id, const std::vector<CacheGroupId>& optional_groups);
   // The checks of a resume (state, OPTIONAL choice, utilization gate, room) on `rec`.
-  Status resume_allowed(uint32_t id, const CacheRecord& rec, bool first) const;
-  struct ResumeNeeds;
+  // `needs` receives what the resume needs (the same computation the resume then uses).
+  Status resume_allowed(uint32_t id, const CacheRecord& rec, bool first, ResumeNeeds& needs) const;
   ResumeNeeds resume_needs(const CacheRecord& rec, bool first) const;
   Status utilization_gate(uint32_t id, const ResumeNeeds& needs) const;
   void attach_match(CacheRecord& rec, const prefix::MatchPlan& plan);

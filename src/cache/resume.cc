@@ -81,8 +81,9 @@ Status ManagerCore::resume(uint32_t id, const std::vector<CacheGroupId>& optiona
   return s;
 }
 
-Status ManagerCore::resume_allowed(uint32_t id, const CacheRecord& rec, bool first) const {
-  const ResumeNeeds needs = resume_needs(rec, first);
+Status ManagerCore::resume_allowed(uint32_t id, const CacheRecord& rec, bool first,
+                                   ResumeNeeds& needs) const {
+  needs = resume_needs(rec, first);
   if (Status s = utilization_gate(id, needs); !s) return s;
   if (Status s = check_room("resume", needs.pages, needs.excluded); !s)
     return Status(s.code(), label(id) + ": " + s.message());
@@ -94,10 +95,11 @@ Status ManagerCore::can_resume(uint32_t id,
   std::shared_lock lock(mu_);
   if (Status s = expect_state(id, CacheState::kSuspended, "resume"); !s) return s;
   const CacheRecord& rec = caches_[id];
-  if (rec.first_resume_done) return resume_allowed(id, rec, false);
+  ResumeNeeds needs;
+  if (rec.first_resume_done) return resume_allowed(id, rec, false, needs);
   CacheRecord chosen = rec;  // the OPTIONAL choice, tried on a copy
   if (Status s = choose_optional_groups(id, optional_groups, chosen); !s) return s;
-  return resume_allowed(id, chosen, true);
+  return resume_allowed(id, chosen, true, needs);
 }
 
 Status ManagerCore::resume_locked(uint32_t id, const std::vector<CacheGroupId>& optional_groups) {
@@ -108,8 +110,8 @@ Status ManagerCore::resume_locked(uint32_t id, const std::vector<CacheGroupId>& 
   if (first) {
     if (Status s = choose_optional_groups(id, optional_groups, rec); !s) return s;
   }
-  if (Status s = resume_allowed(id, rec, first); !s) return s;
-  const ResumeNeeds needs = resume_needs(rec, first);
+  ResumeNeeds needs;
+  if (Status s = resume_allowed(id, rec, first, needs); !s) return s;
 
   // Nothing can fail from here on.
   std::vector<std::pair<PageId, bool>> own;  // page, and whether it comes to the GPU

@@ -223,7 +223,7 @@ bool Scheduler::preempt_for(const Running& for_request) {
     admitting_.reset();
     return true;
   }
-  if (!suspended_.empty()) {
+  if (!suspended_.empty() && suspended_.back().order > for_request.order) {
     Running victim = std::move(suspended_.back());
     suspended_.pop_back();
     recompute(std::move(victim));

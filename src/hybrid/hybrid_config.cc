@@ -21,6 +21,7 @@
 
 #include "hybridkv/hybrid.h"
 #include "hybridkv/units.h"
+#include "plan/plan_internal.h"
 
 namespace hybridkv {
 
@@ -150,7 +151,6 @@ void add_rank_layers(const ModelDescription& model, const ServingConfig& s, Mana
 // kMaxLiveCaches living caches on one rank, or more bytes than the largest quota accepted.
 Status check_live_caches_fit(const ServingConfig& s, const ManagerConfig& c) {
   constexpr uint64_t kMaxLiveCaches = 1ull << 20;
-  constexpr uint64_t kMaxQuotaBytes = 1ull << 60;  // validate.cc's bound on any tier
   uint64_t per_request = 0;
   for (const AttentionLayerConfig& l : c.attention_layers) {
     for (const BufferConfig& b : l.buffers) per_request += b.bytes_per_page;
@@ -160,7 +160,7 @@ Status check_live_caches_fit(const ServingConfig& s, const ManagerConfig& c) {
   }
   const uint64_t live = max_live_caches(s);
   const bool too_many = live > kMaxLiveCaches;
-  const bool too_big = per_request > 0 && live > kMaxQuotaBytes / per_request;
+  const bool too_big = per_request > 0 && live > plan_detail::kMaxQuotaBytes / per_request;
   if (!too_many && !too_big) return Status::ok();
   return Status::invalid(
       "max_batch " + std::to_string(s.max_batch) + " and dummy_slots " +

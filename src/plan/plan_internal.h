@@ -10,6 +10,9 @@
 
 namespace hybridkv::plan_detail {
 
+// The largest quota any tier may have: keeps every byte product below 2^63.
+inline constexpr uint64_t kMaxQuotaBytes = 1ull << 60;
+
 // What slot counting reads: the cache groups and pool groups (with floors), borrowed.
 struct StructureView {
   const std::vector<CacheGroup>& groups;

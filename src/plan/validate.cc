@@ -6,13 +6,13 @@
 #include <string>
 
 #include "hybridkv/config.h"
+#include "plan/plan_internal.h"
 
 namespace hybridkv {
 namespace {
 
 constexpr uint32_t kMaxTokensPerBlock = 1u << 16;
-constexpr uint64_t kMaxPageBytes = 1ull << 40;   // 1 TiB per page is surely a unit mistake
-constexpr uint64_t kMaxQuotaBytes = 1ull << 60;  // keeps every byte product below 2^63
+constexpr uint64_t kMaxPageBytes = 1ull << 40;  // 1 TiB per page is surely a unit mistake
 constexpr uint64_t kMaxTokens = 1ull << 40;
 
 class Errors {
@@ -136,8 +136,8 @@ void check_tiers(const ManagerConfig& c, Errors& errors) {
       errors.add(at, ": tiers must be ordered GPU, HOST, DISK");
     }
     if (t.quota_bytes == 0) errors.add(at, ": quota_bytes 0 must be > 0");
-    if (t.quota_bytes > kMaxQuotaBytes) {
-      errors.add(at, ": quota_bytes ", t.quota_bytes, " exceeds ", kMaxQuotaBytes);
+    if (t.quota_bytes > plan_detail::kMaxQuotaBytes) {
+      errors.add(at, ": quota_bytes ", t.quota_bytes, " exceeds ", plan_detail::kMaxQuotaBytes);
     }
     if (t.kind == TierKind::kDisk && t.path.empty()) errors.add(at, ": path must be set for DISK");
     if (t.kind != TierKind::kDisk && !t.path.empty()) {

@@ -65,6 +65,8 @@ TEST(CliPlan, JsonReportsTheTableFiguresForEveryModel) {
       {"mamba2_2_7b.json", 0, 169836544},
       {"mistral_7b_v0_1.json", 131072, 0},
       {"gemma_3_270m.json", 18432, 0},
+      {"gpt_oss_20b.json", 49152, 0},
+      {"gemma_3_12b.json", 393216, 0},
   };
   for (const Row& row : rows) {
     SCOPED_TRACE(row.file);
@@ -117,7 +119,7 @@ TEST(CliPlan, ServingFlagsShowStateAndReplayGroupsForEveryModel) {
       "qwen3_next_80b_a3b.json", "jamba_v0_1.json",          "falcon_h1_7b.json",
       "granite_4_0_h_tiny.json", "granite_4_0_h_small.json", "kimi_linear_48b_a3b.json",
       "zamba2_2_7b.json",        "mamba2_2_7b.json",         "mistral_7b_v0_1.json",
-      "gemma_3_270m.json"};
+      "gemma_3_270m.json",       "gpt_oss_20b.json",         "gemma_3_12b.json"};
   for (const char* file : files) {
     for (int tp : {1, 2, 4}) {
       SCOPED_TRACE(std::string(file) + " tp " + std::to_string(tp));

@@ -41,7 +41,9 @@ TEST_F(Lifecycle, TestModelPlansFourGroupsInThreePoolGroups) {
   EXPECT_EQ(plan.cache_group(kWindow).window, 48u);
   EXPECT_EQ(plan.pool_groups().size(), 3u);  // full and window share [8192]
   EXPECT_EQ(plan.slots(TierKind::kGpu, PoolGroupId(0)), 6u);
-  EXPECT_EQ(plan.slots(TierKind::kGpu, PoolGroupId(2)), 239u);
+  // The default batch (32 at history 2047) weighs full attention 128 blocks and the 48-token
+  // window 3 (tokens 2000..2047: blocks 125..127) per request.
+  EXPECT_EQ(plan.slots(TierKind::kGpu, PoolGroupId(2)), 238u);
 }
 
 TEST_F(Lifecycle, ComputeSuspendResumeKeepsEveryByte) {
@@ -357,14 +359,20 @@ TEST_F(Lifecycle, LowPriorityBlocksAreEvictedFirst) {
   ASSERT_OK(advance(engine, a, 160));
   ASSERT_OK(a.cache->set_block_priority(5, 8, 1));
   ASSERT_OK(a.cache->suspend());
-  // Another request needs all free attention slots and three more: three of A's pages go to
-  // the host, and they are the low-priority ones, not the least recently used.
+  // Another request needs all free attention slots and six more: six of A's pages go to the
+  // host, and they are the low-priority ones (blocks 5..7 of the full and the window group; the
+  // window's 5 and 6 left the window and wait, HELD, for a commit), not the least recently used.
   Request b = make_request(*m, random_tokens(rng_, 5000), 5000);
   ASSERT_OK(b.cache->resume({}));
   const uint64_t free_now = m->storage_stats().tiers[0].pool_groups[2].free_slots;
-  ASSERT_EQ((free_now + 3) % 2, 0u);  // full and window blocks come in pairs at history 0
-  ASSERT_OK(b.cache->resize((free_now + 3) / 2 * 16, 0));
-  const std::vector<std::string> tiers = block_tiers(testing::debug_snapshot(*m), 0, 2);
+  ASSERT_EQ((free_now + 6) % 2, 0u);  // full and window blocks come in pairs at history 0
+  ASSERT_OK(b.cache->resize((free_now + 6) / 2 * 16, 0));
+  const std::string snap = testing::debug_snapshot(*m);
+  size_t on_host = 0;
+  for (size_t at = snap.find(" HOST"); at != std::string::npos; at = snap.find(" HOST", at + 1))
+    ++on_host;
+  EXPECT_EQ(on_host, 6u) << snap;
+  const std::vector<std::string> tiers = block_tiers(snap, 0, 2);
   ASSERT_EQ(tiers.size(), 10u);
   for (size_t block = 0; block < tiers.size(); ++block) {
     EXPECT_EQ(tiers[block], block >= 5 && block < 8 ? "HOST" : "GPU") << "block " << block;

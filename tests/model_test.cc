@@ -39,6 +39,10 @@ const TableRow kTable[] = {
     {"mamba2_2_7b.json", 0, 169836544, 0, 64},
     {"mistral_7b_v0_1.json", 131072, 0, 32, 0},
     {"gemma_3_270m.json", 18432, 0, 18, 0},
+    // Not in the shared table: 2 (K, V) x 8 KV heads x 64 x 2 B = 2,048 B a layer x 24.
+    {"gpt_oss_20b.json", 49152, 0, 24, 0},
+    // 2 x 8 KV heads x 256 x 2 B = 8,192 B a layer x 48.
+    {"gemma_3_12b.json", 393216, 0, 48, 0},
 };
 
 TEST(ModelConfig, EveryBundledModelMatchesTheSizeTable) {

@@ -234,7 +234,7 @@ TEST(Slots, FloorsAreOneRequestWorstCaseScaledByUtil) {
   const auto& g = plan.cache_groups();
   EXPECT_EQ(g[0].one_request_slots, 1u);
   EXPECT_EQ(g[2].one_request_slots, 1u);
-  EXPECT_EQ(g[3].one_request_slots, 3u);  // ceil(32 / 16) + 1
+  EXPECT_EQ(g[3].one_request_slots, 3u);  // 32 tokens touch at most ceil(31 / 16) + 1 blocks
   EXPECT_EQ(g[4].one_request_slots, 4u);  // + 1 sink block
   const auto& pg = plan.pool_groups();
   EXPECT_EQ(pg[0].floor_slots, 2u);  // ceil(1 / 0.95)
@@ -244,15 +244,17 @@ TEST(Slots, FloorsAreOneRequestWorstCaseScaledByUtil) {
 
 TEST(Slots, WindowShorterThanABlockStillNeedsTwoSlots) {
   ManagerConfig c = example_config();
-  c.attention_layers[1].window = 5;  // w + 1 = 6 tokens can straddle two blocks of 16
+  c.attention_layers[1].window = 5;  // 5 tokens (ceil(4 / 16) + 1) can straddle two blocks
   const StoragePlan plan = build_ok(c);
   EXPECT_EQ(plan.cache_group(*plan.buffer_group_id(2, "key")).one_request_slots, 2u);
 }
 
 TEST(Slots, DefaultBatchRatioSplitsTheQuota) {
   // Default batch: 32 requests of 2048 tokens decoding; weights are slot demand x slot bytes.
+  // A window of 32 at history 2047 reads tokens 2016..2047: blocks 126 and 127, 2 per request
+  // (3 with the sink block), so windows weigh 32 x (2 + 3) against full attention's 32 x 128.
   const StoragePlan plan = build_ok(example_config());
-  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{3, 3, 493, 26}));
+  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{3, 3, 497, 19}));
   EXPECT_EQ(plan.tier(TierKind::kGpu)->quota, 2u << 20);
   EXPECT_FALSE(plan.tier(TierKind::kGpu)->quota_raised);
 }
@@ -260,7 +262,8 @@ TEST(Slots, DefaultBatchRatioSplitsTheQuota) {
 TEST(Slots, TypicalStepShapesTheRatio) {
   ManagerConfig c = example_config();
   c.typical_step = BatchShape{std::vector<RequestShape>(4, {64, 63}), {}};
-  EXPECT_EQ(gpu_slots(build_ok(c)), (std::vector<uint64_t>{58, 58, 233, 409}));
+  // Windows read tokens 32..63 (blocks 2, 3) and the sink block: 2 + 3 against 4 full blocks.
+  EXPECT_EQ(gpu_slots(build_ok(c)), (std::vector<uint64_t>{66, 66, 264, 330}));
 }
 
 TEST(Slots, ExplicitRatioWithFixedPrivatePool) {
@@ -320,9 +323,9 @@ TEST(Slots, SharedSystemPromptBlocksAreCountedOnce) {
   const StoragePlan plan = build_ok(c);
   // Full attention: 4 shared blocks once + 6 own blocks x 4 = 28 -> ceil(28 / .95) = 30.
   EXPECT_EQ(plan.pool_groups()[2].floor_slots, 30u);
-  // Windows: begin 127 -> blocks 7..9 (3 each, none shared) -> 12; sinks: block 0 is shared,
-  // once -> 12 + 1 + 12 = 25 -> ceil(25 / .95) = 27.
-  EXPECT_EQ(plan.pool_groups()[3].floor_slots, 27u);
+  // Windows: first live token 159 + 1 - 32 = 128 -> blocks 8..9 (2 each, none shared) -> 8;
+  // sinks: block 0 is shared, once -> 8 + 1 + 8 = 17 -> ceil(17 / .95) = 18.
+  EXPECT_EQ(plan.pool_groups()[3].floor_slots, 18u);
 }
 
 TEST(Slots, LiveFloorHoldsSsmPoolsWhenBlockReuseIsOff) {
@@ -334,7 +337,7 @@ TEST(Slots, LiveFloorHoldsSsmPoolsWhenBlockReuseIsOff) {
   EXPECT_TRUE(plan.pool_groups()[1].live_floor);
   EXPECT_FALSE(plan.pool_groups()[2].live_floor);
   // ceil(4 / 0.95) = 5 states each; attention takes the rest.
-  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{5, 5, 269, 472}));
+  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{5, 5, 311, 389}));
 }
 
 TEST(Slots, QuotaTooSmallIsRaisedToTheMinimumAndThePlanSaysSo) {

@@ -416,13 +416,55 @@ TEST_F(Reuse, CommitsOnlyComputedPromptTokensAndNoneAfterStopCommitting) {
   ASSERT_OK(a.cache->resize(40, 40));
   const std::span<const int32_t> all(tokens);
   EXPECT_EQ(a.cache->commit(all.first(41)).code(), StatusCode::kInvalidArgument);  // past history
-  std::vector<int32_t> wrong(tokens.begin(), tokens.begin() + 8);
+  std::vector<int32_t> wrong(tokens.begin(), tokens.begin() + 40);
   wrong[3] += 1;
   EXPECT_EQ(a.cache->commit(wrong).code(), StatusCode::kInvalidArgument);
-  ASSERT_OK(a.cache->commit(all.first(16)));
-  EXPECT_EQ(a.cache->committed_tokens(), 16u);
+  ASSERT_OK(a.cache->commit(all.first(40)));
+  EXPECT_EQ(a.cache->committed_tokens(), 40u);
   ASSERT_OK(a.cache->stop_committing());
-  EXPECT_EQ(a.cache->commit(all.subspan(16, 8)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.cache->commit(all.subspan(40, 8)).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(Reuse, CommitMustStartOrEndAtHistory) {
+  LifecycleModel model;
+  model.commit_min_snapshot = false;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  const std::span<const int32_t> all(tokens);
+  Request a = make_request(*m, tokens, 64);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 40));
+  ASSERT_OK(a.cache->resize(64, 40));
+  // committed 0, history 40: [0, 16) neither starts nor ends at 40.
+  const Status mid = a.cache->commit(all.first(16));
+  EXPECT_EQ(mid.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mid.message().find("must start or end at history"), std::string::npos) << mid.message();
+  ASSERT_OK(a.cache->commit(all.first(40)));  // ends at history
+  // Starts at history 40: the tokens the current step computes, up to capacity 64.
+  EXPECT_EQ(a.cache->commit(all.subspan(40, 25)).code(), StatusCode::kInvalidArgument);  // 65
+  ASSERT_OK(a.cache->commit(all.subspan(40, 24)));
+  EXPECT_EQ(a.cache->committed_tokens(), 64u);
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
+TEST_F(Reuse, CommitWithMinSnapshotMustEndAtHistory) {
+  auto m = make_manager(LifecycleModel{});  // commit_min_snapshot on
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  const std::span<const int32_t> all(tokens);
+  Request a = make_request(*m, tokens, 64);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 40));
+  ASSERT_OK(a.cache->resize(64, 40));
+  ASSERT_OK(a.cache->commit(all.first(40)));
+  // Starting at history is not enough: a snapshot is exact only at history.
+  const Status s = a.cache->commit(all.subspan(40, 8));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("with commit_min_snapshot a commit must end at history"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(a.cache->committed_tokens(), 40u);
 }
 
 TEST_F(Reuse, ProbesRunFromSeveralThreadsWithoutSideEffects) {

@@ -94,28 +94,28 @@ TEST(Sizing, MaxTokensGrowWithTheQuota) {
 }
 
 TEST(Sizing, KvTokensCountFullAttentionBlocksAtUtil) {
-  // Default example at 2 MiB: 493 full-attention slots; floor(493 x .95) = 468 blocks of 16.
+  // Default example at 2 MiB: 497 full-attention slots; floor(497 x .95) = 472 blocks of 16.
   const StoragePlan plan = *StoragePlan::build(example_config());
-  EXPECT_EQ(plan.gpu_kv_tokens(), 468u * 16);
-  EXPECT_EQ(*max_tokens_for_quota(example_config(), 2u << 20), 468u * 16);
+  EXPECT_EQ(plan.gpu_kv_tokens(), 472u * 16);
+  EXPECT_EQ(*max_tokens_for_quota(example_config(), 2u << 20), 472u * 16);
 }
 
 TEST(Sizing, ClampMaxSeqLenForMemory) {
   const ManagerConfig c = example_config();
-  // One request owns every usable full-attention slot: 468 blocks x 16 tokens.
-  EXPECT_EQ(*clamp_max_seq_len_for_mem(c, 2u << 20, 1u << 20), 468u * 16);
+  // One request owns every usable full-attention slot: 472 blocks x 16 tokens.
+  EXPECT_EQ(*clamp_max_seq_len_for_mem(c, 2u << 20, 1u << 20), 472u * 16);
   EXPECT_EQ(*clamp_max_seq_len_for_mem(c, 2u << 20, 1000), 1000u);
 }
 
 TEST(Sizing, ClampMaxSeqLenForABatchSharesTheSlots) {
   // Example plan at 2 MiB (util 0.95): state pool group 3 slots -> 2 usable; PRIVATE replay
-  // 3 -> 2; full attention 493 -> 468; windows 26 -> 24, 3 + 4 = 7 per request.
+  // 3 -> 2; full attention 497 -> 472; windows 19 -> 18, 3 + 4 = 7 per request.
   auto m = std::move(KvCacheManager::create(example_config(), {BackendKind::kNone})).value();
-  // Batch 1: all 468 full-attention blocks: 7,488 tokens (the single-request clamp).
-  EXPECT_EQ(*m->clamp_max_seq_len(1, 1u << 20), 468u * 16);
-  EXPECT_EQ(m->clamp_max_seq_len_for_mem(1u << 20), 468u * 16);
-  // Batch 2: 468 / 2 = 234 blocks each: 3,744 tokens (windows 2 x 7 = 14 <= 24, states 2 <= 2).
-  EXPECT_EQ(*m->clamp_max_seq_len(2, 1u << 20), 234u * 16);
+  // Batch 1: all 472 full-attention blocks: 7,552 tokens (the single-request clamp).
+  EXPECT_EQ(*m->clamp_max_seq_len(1, 1u << 20), 472u * 16);
+  EXPECT_EQ(m->clamp_max_seq_len_for_mem(1u << 20), 472u * 16);
+  // Batch 2: 472 / 2 = 236 blocks each: 3,776 tokens (windows 2 x 7 = 14 <= 18, states 2 <= 2).
+  EXPECT_EQ(*m->clamp_max_seq_len(2, 1u << 20), 236u * 16);
   EXPECT_EQ(*m->clamp_max_seq_len(2, 1000), 1000u);
   // Batch 3: three states do not fit in 2 usable slots: no length does.
   EXPECT_EQ(*m->clamp_max_seq_len(3, 1u << 20), 0u);

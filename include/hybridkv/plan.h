@@ -70,14 +70,15 @@ struct CacheGroup {
   std::vector<uint64_t> slot_sizes;  // pool slot bytes, descending
   PoolGroupId pool_group;
   // Slots one request needs at worst (unscaled): 1 for full attention and SSM; for a window of
-  // w tokens the most blocks w + 1 consecutive tokens touch (ceil(w / tpb) + 1) plus sinks.
+  // w tokens the most blocks w consecutive tokens touch (ceil((w - 1) / tpb) + 1) plus sinks.
   uint64_t one_request_slots = 0;
 
-  // The first block that a step computing tokens from `history` on reads: for a window of w
-  // tokens, the block of token history - w (0 before that, and 0 without a window). Sink blocks
-  // below it are live as well. The one home of the window rule (DESIGN §3.4).
+  // The first token that a step computing tokens from `history` on reads: a window of w tokens
+  // is the current token and the w - 1 before it (the HuggingFace and TensorRT-LLM convention),
+  // so token history - (w - 1) (0 before that, and 0 without a window). Sink blocks below it are
+  // live as well. The one home of the window rule (DESIGN §3.4).
   uint64_t first_live_token(uint64_t history) const {
-    return window && history > *window ? history - *window : 0;
+    return window && history + 1 > *window ? history + 1 - *window : 0;
   }
   uint64_t first_live_block(uint64_t history, uint32_t tokens_per_block) const {
     return first_live_token(history) / tokens_per_block;

@@ -1,6 +1,7 @@
 // CacheRecord: what the manager keeps per request (the state machine's data, DESIGN §5).
 #pragma once
 
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -19,7 +20,12 @@ struct GroupState {
   std::vector<PageId> pages;
   std::vector<std::vector<int32_t>> tables;       // per beam: GPU slots (attention groups)
   std::vector<std::span<int32_t>> index_buffers;  // per beam, caller-owned (may be empty)
-  uint64_t stale_from = 0;  // window groups: blocks below this were released as stale
+  uint64_t stale_from = 0;  // window groups: blocks below this left the window
+  // Window groups: pages of blocks that left the window before a commit covered them, HELD
+  // (never LOCKED: no kernel reads them) until the commit that publishes them or close
+  // (DESIGN §5). held[i] is beam 0's page of block held_begin + i (kNoPage: none).
+  std::deque<PageId> held;
+  uint64_t held_begin = 0;
   // Reuse: the page in the last block (attention) or the state (SSM) is a tree page that the
   // first resume copies into a private page before anything writes it.
   bool copy_pending = false;

@@ -40,6 +40,13 @@ std::string ManagerCore::check_locked() const {
         }
       }
     });
+    for (const GroupState& gs : rec.groups) {
+      for (PageId pid : gs.held) {  // window pages waiting for their commit: always HELD
+        if (pid == kNoPage) continue;
+        if (!storage_.page(pid).live) err = label(id) + " holds a dead window page";
+        ++refs[pid.value].second;
+      }
+    }
     if (!err.empty()) return err;
   }
   for (uint32_t i = 0; i < storage_.page_capacity(); ++i) {
@@ -68,6 +75,8 @@ std::string ManagerCore::snapshot() const {
     for (const GroupState& gs : rec.groups) {
       os << "  pages";
       for (PageId pid : gs.pages) os << " " << (pid == kNoPage ? -1 : int64_t{pid.value});
+      os << " | held from " << gs.held_begin << ":";
+      for (PageId pid : gs.held) os << " " << (pid == kNoPage ? -1 : int64_t{pid.value});
       for (const auto& t : gs.tables) {
         os << " | table";
         for (int32_t v : t) os << " " << v;

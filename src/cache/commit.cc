@@ -21,11 +21,22 @@ Status ManagerCore::check_commit(uint32_t id, std::span<const int32_t> tokens) c
   if (!rec.committing) {
     return Status(StatusCode::kFailedPrecondition, label(id) + ": commit after stop_committing");
   }
-  const uint64_t c = rec.committed, e = c + tokens.size();
-  if (e > rec.history) {
-    return Status::invalid(label(id) + ": commit of tokens [" + std::to_string(c) + ", " +
-                           std::to_string(e) + ") past history " + std::to_string(rec.history) +
-                           " (only computed tokens can be committed)");
+  const uint64_t c = rec.committed, e = c + tokens.size(), h = rec.history;
+  const std::string range = "commit of tokens [" + std::to_string(c) + ", " + std::to_string(e) +
+                            ") with history " + std::to_string(h);
+  // DESIGN §5: a commit starts or ends at history; with commit_min_snapshot it ends there (a
+  // snapshot is exact only at history). Starting at history commits tokens the current step
+  // computes (they must fit in the capacity).
+  if (plan_.config().commit_min_snapshot && e != h && !tokens.empty()) {
+    return Status::invalid(label(id) + ": " + range +
+                           ": with commit_min_snapshot a commit must end at history");
+  }
+  if (e != h && c != h && !tokens.empty()) {
+    return Status::invalid(label(id) + ": " + range + ": a commit must start or end at history");
+  }
+  if (e > rec.capacity) {
+    return Status::invalid(label(id) + ": " + range + " ends past capacity " +
+                           std::to_string(rec.capacity));
   }
   for (uint64_t i = c; i < std::min<uint64_t>(e, rec.tokens.size()); ++i) {
     if (rec.tokens[i] != tokens[i - c]) {
@@ -44,7 +55,8 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   const ManagerConfig& cfg = plan_.config();
   const uint32_t tpb = cfg.tokens_per_block;
   if (!cfg.enable_block_reuse || tokens.empty()) {
-    if (is_end) rec.committing = false;
+    if (is_end) (void)stop_committing_locked(id);
+    after_mutation();
     return Status::ok();
   }
   const uint64_t c = rec.committed, e = c + tokens.size();
@@ -68,7 +80,10 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
     rec.commit_parent = index_.root(rec.scope);
     index_.pin(rec.commit_parent);
   }
-  for (uint64_t b = c / tpb; (b + 1) * tpb <= e; ++b) commit_full_block(rec, b);
+  for (uint64_t b = c / tpb; (b + 1) * tpb <= e; ++b) {
+    commit_full_block(rec, b);
+    release_held(rec, b + 1);
+  }
   const NodeId end_node =
       tail ? commit_tail(rec, e, is_end) : (e % tpb == 0 ? rec.commit_parent : kNoNode);
   if (snapshot && end_node != kNoNode && index_.node_tokens(end_node) > 0)
@@ -90,9 +105,15 @@ void ManagerCore::commit_full_block(CacheRecord& rec, uint64_t b) {
                         /*full=*/true);
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (!publishable(g) || g.kind != GroupKind::kAttention || b >= rec.attention_blocks) continue;
+    GroupState& gs = rec.groups[g.id.value];
+    if (!gs.held.empty() && gs.held_begin == b) {  // a window block HELD for this commit
+      const PageId held = gs.held.front();
+      if (held != kNoPage) (void)index_.offer(node, g.id, held, tpb);
+      continue;  // release_held frees the cache's reference after the loop
+    }
     PageId* row = rec.row(g.id, b);
     const PageId own = row[0];
-    if (own == kNoPage) continue;  // a released window block
+    if (own == kNoPage) continue;  // a window block freed without a commit
     const prefix::Offer offer = index_.offer(node, g.id, own, tpb);
     if (offer.result != prefix::OfferResult::kAdopt) continue;
     std::fill(row, row + rec.entries_of_beam0(b), offer.tree_page);
@@ -170,6 +191,7 @@ Status ManagerCore::stop_committing_locked(uint32_t id) {
                   label(id) + ": stop_committing on a CLOSED cache");
   }
   rec.committing = false;
+  release_held(rec, UINT64_MAX);  // no commit will publish them now
   if (rec.commit_parent != kNoNode) {
     const NodeId old = rec.commit_parent;
     rec.commit_parent = kNoNode;

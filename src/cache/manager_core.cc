@@ -243,6 +243,7 @@ void ManagerCore::release_all_pages(CacheRecord& rec) {
   const Ref ref = rec.active() ? Ref::kActive : Ref::kSuspended;
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) { storage_.drop_ref(pid, ref); });
   for (GroupState& gs : rec.groups) std::fill(gs.pages.begin(), gs.pages.end(), kNoPage);
+  release_held(rec, UINT64_MAX);
 }
 
 Status ManagerCore::close(uint32_t id) {
@@ -308,6 +309,13 @@ Status ManagerCore::set_block_priority(uint32_t id, uint64_t first, uint64_t end
     if (g.kind == GroupKind::kAttention && block >= first && block < end)
       storage_.set_priority(pid, priority);
   });
+  for (const GroupState& gs : rec.groups) {  // window pages HELD until their commit
+    for (uint64_t i = 0; i < gs.held.size(); ++i) {
+      const uint64_t block = gs.held_begin + i;
+      if (gs.held[i] != kNoPage && block >= first && block < end)
+        storage_.set_priority(gs.held[i], priority);
+    }
+  }
   after_mutation();
   return Status::ok();
 }

@@ -137,6 +137,11 @@ class ManagerCore {
   // resize.cc
   Status check_index_buffers(uint32_t id, uint64_t capacity) const;
   void release_block(CacheRecord& rec, CacheGroupId group, uint64_t block);
+  // Does block `block` of window group `g`, leaving the window now, stay HELD until a commit?
+  bool holds_until_commit(const CacheRecord& rec, const CacheGroup& g, uint64_t block) const;
+  void hold_stale_block(CacheRecord& rec, const CacheGroup& g, uint64_t block);
+  // Frees held pages of blocks below `end_block` (every held page with UINT64_MAX).
+  void release_held(CacheRecord& rec, uint64_t end_block);
   void release_stale_and_cut(CacheRecord& rec, uint64_t capacity, uint64_t history);
 
   // commit.cc

@@ -4,6 +4,7 @@
 
 #include "cache/manager_core.h"
 #include "util/blocks.h"
+#include "util/check.h"
 
 namespace hybridkv::cache_detail {
 
@@ -66,6 +67,39 @@ void ManagerCore::release_block(CacheRecord& rec, CacheGroupId group, uint64_t b
   std::fill(row, row + rec.beam_width, kNoPage);
 }
 
+// Without commit_min_snapshot a page that leaves the window waits (HELD) for the commit that
+// publishes it, so sliding-window prefixes are reusable; with it, commits at snapshot points
+// publish the window pages they need, and pages leaving the window are freed at once.
+bool ManagerCore::holds_until_commit(const CacheRecord& rec, const CacheGroup& g,
+                                     uint64_t block) const {
+  const ManagerConfig& cfg = plan_.config();
+  return cfg.enable_block_reuse && !cfg.commit_min_snapshot && rec.committing &&
+         g.policy != ReusePolicy::kPrivate && (block + 1) * cfg.tokens_per_block > rec.committed;
+}
+
+// Moves beam 0's page of `block` to the held list (its row entry is cleared by release_block).
+void ManagerCore::hold_stale_block(CacheRecord& rec, const CacheGroup& g, uint64_t block) {
+  GroupState& gs = rec.groups[g.id.value];
+  PageId* row = rec.row(g.id, block);
+  const PageId page = row[0];
+  if (gs.held.empty()) gs.held_begin = block;
+  HKV_CHECK(gs.held_begin + gs.held.size() == block, "held window blocks must be contiguous");
+  gs.held.push_back(page);
+  if (page == kNoPage) return;
+  storage_.convert_ref(page, Ref::kActive, Ref::kSuspended);
+  std::fill(row, row + rec.entries_of_beam0(block), kNoPage);
+}
+
+void ManagerCore::release_held(CacheRecord& rec, uint64_t end_block) {
+  for (GroupState& gs : rec.groups) {
+    while (!gs.held.empty() && gs.held_begin < end_block) {
+      if (gs.held.front() != kNoPage) storage_.drop_ref(gs.held.front(), Ref::kSuspended);
+      gs.held.pop_front();
+      ++gs.held_begin;
+    }
+  }
+}
+
 void ManagerCore::release_stale_and_cut(CacheRecord& rec, uint64_t capacity, uint64_t history) {
   const uint32_t tpb = plan_.config().tokens_per_block;
   const uint64_t blocks = blocks_for(capacity, tpb);
@@ -77,6 +111,7 @@ void ManagerCore::release_stale_and_cut(CacheRecord& rec, uint64_t capacity, uin
     if (g.window) {
       const uint64_t stale_end = std::min(g.first_live_block(history, tpb), have);
       for (uint64_t b = std::max<uint64_t>(gs.stale_from, g.sink_blocks); b < stale_end; ++b) {
+        if (holds_until_commit(rec, g, b)) hold_stale_block(rec, g, b);
         release_block(rec, g.id, b);
         set_table_entries(rec, g, b, b + 1);
       }

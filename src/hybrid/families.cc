@@ -407,7 +407,7 @@ void read_dense(const Fields& f, const std::string& model_type, ModelDescription
 
 const char* known_model_types() {
   return "nemotron_h, qwen3_next, jamba, falcon_h1, granitemoehybrid, kimi_linear, zamba2, "
-         "mamba2, mistral, llama, qwen2, qwen3, gemma3_text";
+         "mamba2, mistral, llama, qwen2, qwen3, gemma3_text, gpt_oss";
 }
 
 void read_family(const Fields& f, const std::string& model_type, const ModelOptions& options,
@@ -422,7 +422,7 @@ void read_family(const Fields& f, const std::string& model_type, const ModelOpti
   if (model_type == "zamba2") return read_zamba2(f, out, b);
   if (model_type == "mamba2") return read_mamba2(f, out, b);
   if (model_type == "mistral" || model_type == "llama" || model_type == "qwen2" ||
-      model_type == "qwen3" || model_type == "gemma3_text") {
+      model_type == "qwen3" || model_type == "gemma3_text" || model_type == "gpt_oss") {
     return read_dense(f, model_type, out, b);
   }
   f.fail("model_type", "'" + model_type + "' is unknown (known: " + known_model_types() + ")");

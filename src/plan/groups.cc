@@ -81,9 +81,9 @@ void build_groups(const ManagerConfig& config, Structure& s) {
     if (group.kind == GroupKind::kSsm || !group.window) {
       group.one_request_slots = 1;
     } else {
-      // w + 1 consecutive tokens (the window and the token being computed) touch at most
-      // ceil(w / tpb) + 1 blocks; sink blocks are kept besides.
-      group.one_request_slots = blocks_for(*group.window, tpb) + 1 + group.sink_blocks;
+      // w consecutive tokens (the token being computed and the w - 1 before it) touch at most
+      // ceil((w - 1) / tpb) + 1 blocks; sink blocks are kept besides.
+      group.one_request_slots = blocks_for(*group.window - 1, tpb) + 1 + group.sink_blocks;
     }
     s.groups.push_back(std::move(group));
   }

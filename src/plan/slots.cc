@@ -72,7 +72,7 @@ uint64_t batch_demand(const ManagerConfig& config, const CacheGroup& group,
   uint64_t total = 0;
   for (const RequestShape& r : batch.requests) {
     // A step computing tokens [history, capacity) reads, for a window w, tokens from
-    // history - w on; full attention reads everything.
+    // history - (w - 1) on; full attention reads everything.
     total += window_blocks(group.first_live_token(r.history), r.capacity, tpb, group.sink_blocks,
                            &shared, shared_blocks);
   }

@@ -391,18 +391,77 @@ TEST_F(Reuse, PlannedDropsAreCountedPerEndpoint) {
   const std::vector<int32_t> tokens = random_tokens(rng_, 100);
   Request a = make_request(*m, tokens, 64);
   Request b = make_request(*m, tokens, 64);
+  std::vector<PlannedDrop> drops;
   for (Request* r : {&a, &b}) {
     ASSERT_OK(r->cache->resume({}));
     ASSERT_OK(advance(engine, *r, 64));
     ASSERT_OK(r->cache->resize(64, 64));
     ASSERT_OK(commit_computed(*r));
-    ASSERT_OK(r->cache->plan_snapshot_drop());
+    Result<PlannedDrop> drop = r->cache->plan_snapshot_drop();
+    ASSERT_TRUE(drop.is_ok()) << drop.status().to_string();
+    drops.push_back(drop.value());
   }
   EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 64u);
-  ASSERT_OK(a.cache->release_planned_drops());
+  ASSERT_OK(drops[0].release());
   EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 64u);  // B's plan still targets it
-  ASSERT_OK(b.cache->close());                               // close runs B's plan
-  EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 0u);   // the snapshot at 64 is gone
+  ASSERT_OK(b.cache->close());  // closing does not run B's plan: the handle does
+  EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 64u);
+  ASSERT_OK(drops[1].release());
+  EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 0u);  // the snapshot at 64 is gone
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
+TEST_F(Reuse, PlannedDropIsAValueThatOutlivesItsCacheAndReportsASecondRelease) {
+  auto m = make_manager(LifecycleModel{});
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  PlannedDrop drop;
+  EXPECT_EQ(drop.release().code(), StatusCode::kNotFound);  // names no plan
+  {
+    Request a = make_request(*m, tokens, 64);
+    ASSERT_OK(a.cache->resume({}));
+    ASSERT_OK(advance(engine, a, 64));
+    ASSERT_OK(a.cache->resize(64, 64));
+    ASSERT_OK(commit_computed(a));
+    drop = a.cache->plan_snapshot_drop().value();
+  }  // the cache is destroyed (closed); the plan stays
+  EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 64u);
+  const PlannedDrop copy = drop;
+  m.reset();  // the manager is gone too: the handle keeps the pools
+  ASSERT_OK(drop.release());
+  const Status again = copy.release();
+  EXPECT_EQ(again.code(), StatusCode::kNotFound);
+  EXPECT_NE(again.message().find("was already dropped"), std::string::npos) << again.message();
+}
+
+TEST_F(Reuse, PlannedDropCoversTheWholeWindowOfItsSnapshot) {
+  // LifecycleModel: 16 tokens a block, window 48. A commit of 96 tokens ends at block 6; a
+  // match ending at 96 reads tokens 49..95 of the window group: blocks 3, 4 and 5.
+  auto m = make_manager(LifecycleModel{});
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 200);
+  Request a = make_request(*m, tokens, 96);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 96));
+  ASSERT_OK(a.cache->resize(96, 96));
+  ASSERT_OK(commit_computed(a));
+  const PlannedDrop drop = a.cache->plan_snapshot_drop().value();
+  ASSERT_OK(a.cache->close());
+  const std::vector<testing::TreePage> before = testing::tree_pages(*m);
+  ASSERT_OK(drop.release());
+  const std::vector<testing::TreePage> after = testing::tree_pages(*m);
+  // Gone: the SSM snapshots at 96 and the window pages of blocks 3..5; the full-attention
+  // pages and window blocks 0..2 stay.
+  auto window_blocks = [&](const std::vector<testing::TreePage>& pages) {
+    std::vector<uint64_t> out;
+    for (const testing::TreePage& p : pages)
+      if (p.group == kWindow) out.push_back(p.start / 16);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(window_blocks(before), (std::vector<uint64_t>{3, 4, 5}));
+  EXPECT_EQ(window_blocks(after), (std::vector<uint64_t>{}));
+  EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 0u);
   EXPECT_EQ(testing::check_invariants(*m), "");
 }
 

@@ -38,9 +38,29 @@
 namespace hybridkv {
 
 class KvCacheManager;
+class KvCache;
 namespace cache_detail {
 class ManagerCore;
 }
+
+// A planned snapshot drop (KvCache::plan_snapshot_drop): a value that names the plan. It may
+// outlive the cache that made it (and the manager) and is released on its own; copies name
+// the same plan. A handle that is never released keeps its pages in the tree (pinned).
+class PlannedDrop {
+ public:
+  PlannedDrop() = default;  // names no plan: release() reports kNotFound
+  // Runs the plan: its pages leave the tree unless another plan still counts on them.
+  // kNotFound ("... was already dropped") when this plan was released before.
+  [[nodiscard]] Status release() const;
+  uint64_t id() const { return id_; }
+
+ private:
+  friend class KvCache;
+  PlannedDrop(std::shared_ptr<cache_detail::ManagerCore> core, uint64_t id)
+      : core_(std::move(core)), id_(id) {}
+  std::shared_ptr<cache_detail::ManagerCore> core_;
+  uint64_t id_ = 0;
+};
 
 enum class CacheState : uint8_t { kSuspended, kActive, kClosed };
 const char* cache_state_name(CacheState state);
@@ -102,11 +122,11 @@ class KvCache {
   uint64_t committed_tokens() const;
   // No further commits; the cache's place in the tree is no longer pinned.
   [[nodiscard]] Status stop_committing();
-  // Plans to release the snapshot and window pages of the last commit's endpoint later (when
-  // release_planned_drops() or close() runs). Several plans on one endpoint are counted: the
-  // pages leave the tree when the last plan runs.
-  [[nodiscard]] Status plan_snapshot_drop();
-  [[nodiscard]] Status release_planned_drops();
+  // Plans to release, later, the SSM snapshots at the last commit's endpoint and every page of
+  // its sliding windows that a match ending there needs (sink blocks excepted). Several plans
+  // on one page are counted: it leaves the tree when the last of them is released. kNotFound
+  // when the last commit left no snapshot node.
+  [[nodiscard]] Result<PlannedDrop> plan_snapshot_drop();
 
  private:
   friend class KvCacheManager;

@@ -53,8 +53,6 @@ struct CacheRecord {
   uint64_t committed = 0;  // tokens published (or reused) so far
   // Full node the next block hangs under; pinned while set.
   prefix::NodeId commit_parent = prefix::kNoNode;
-  // Snapshot and window pages this cache plans to release (release_planned_drops runs them).
-  std::vector<std::pair<prefix::NodeId, CacheGroupId>> planned_drops;
 
   // Distinct pages of an attention block: one shared by every beam inside the prompt's full
   // blocks (beam search forks after the prompt), one per beam after.

@@ -200,9 +200,9 @@ Status ManagerCore::stop_committing_locked(uint32_t id) {
   return Status::ok();
 }
 
-Status ManagerCore::plan_snapshot_drop(uint32_t id) {
+Result<uint64_t> ManagerCore::plan_snapshot_drop(uint32_t id) {
   std::unique_lock lock(mu_);
-  CacheRecord& rec = caches_[id];
+  const CacheRecord& rec = caches_[id];
   if (rec.state == CacheState::kClosed) {
     return Status(StatusCode::kFailedPrecondition,
                   label(id) + ": plan_snapshot_drop on a CLOSED cache");
@@ -215,21 +215,23 @@ Status ManagerCore::plan_snapshot_drop(uint32_t id) {
   if (node == kNoNode || index_.node_tokens(node) == 0) {
     return Status(StatusCode::kNotFound, label(id) + ": no committed snapshot to plan a drop of");
   }
-  for (CacheGroupId g : index_.plan_drop(node)) rec.planned_drops.push_back({node, g});
+  const uint64_t drop = next_drop_++;
+  drops_[drop] = index_.plan_drop(node);
   after_mutation();
-  return Status::ok();
+  return drop;
 }
 
-Status ManagerCore::release_planned_drops(uint32_t id) {
+Status ManagerCore::release_drop(uint64_t drop) {
   std::unique_lock lock(mu_);
-  release_planned_drops_locked(caches_[id]);
+  auto it = drops_.find(drop);
+  if (it == drops_.end()) {
+    return Status(StatusCode::kNotFound,
+                  "planned drop " + std::to_string(drop) + " was already dropped");
+  }
+  for (const auto& [node, group] : it->second) index_.release_drop(node, group);
+  drops_.erase(it);
   after_mutation();
   return Status::ok();
-}
-
-void ManagerCore::release_planned_drops_locked(CacheRecord& rec) {
-  for (const auto& [node, group] : rec.planned_drops) index_.release_drop(node, group);
-  rec.planned_drops.clear();
 }
 
 }  // namespace hybridkv::cache_detail

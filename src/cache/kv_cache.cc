@@ -48,8 +48,16 @@ Status KvCache::commit(std::span<const int32_t> tokens, bool is_end) {
   return core_->commit(id_, tokens, is_end);
 }
 Status KvCache::stop_committing() { return core_->stop_committing(id_); }
-Status KvCache::plan_snapshot_drop() { return core_->plan_snapshot_drop(id_); }
-Status KvCache::release_planned_drops() { return core_->release_planned_drops(id_); }
+Result<PlannedDrop> KvCache::plan_snapshot_drop() {
+  Result<uint64_t> drop = core_->plan_snapshot_drop(id_);
+  if (!drop.is_ok()) return drop.status();
+  return PlannedDrop(core_, drop.value());
+}
+
+Status PlannedDrop::release() const {
+  if (!core_) return Status(StatusCode::kNotFound, "this planned drop names no plan");
+  return core_->release_drop(id_);
+}
 Result<std::span<const int32_t>> KvCache::block_table(CacheGroupId group, uint32_t beam) const {
   return core_->block_table(id_, group, beam);
 }

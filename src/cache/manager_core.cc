@@ -252,7 +252,6 @@ Status ManagerCore::close(uint32_t id) {
   if (rec.state == CacheState::kClosed) return Status::ok();  // idempotent (DESIGN §5)
   const bool active = rec.active();
   release_all_pages(rec);
-  release_planned_drops_locked(rec);
   (void)stop_committing_locked(id);
   if (active) --active_caches_;
   --live_caches_;

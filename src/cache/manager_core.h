@@ -12,6 +12,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/cache_record.h"
@@ -53,8 +54,9 @@ class ManagerCore {
   Status resize(uint32_t id, uint64_t capacity, uint64_t history);
   Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end);
   Status stop_committing(uint32_t id);
-  Status plan_snapshot_drop(uint32_t id);
-  Status release_planned_drops(uint32_t id);
+  // A planned drop's id (never reused), and its release (kNotFound once released).
+  Result<uint64_t> plan_snapshot_drop(uint32_t id);
+  Status release_drop(uint64_t drop);
   Status close(uint32_t id);
   void destroy(uint32_t id);  // the handle is gone: close if open, recycle the id
   Status set_index_buffer(uint32_t id, CacheGroupId group, uint32_t beam,
@@ -151,7 +153,6 @@ class ManagerCore {
   void commit_snapshots(CacheRecord& rec, prefix::NodeId node, bool is_end);
   void move_commit_parent(CacheRecord& rec, prefix::NodeId next);
   Status stop_committing_locked(uint32_t id);
-  void release_planned_drops_locked(CacheRecord& rec);
 
   mutable std::shared_mutex mu_;  // guards everything below; plan_ and backend_ are immutable
   const StoragePlan plan_;
@@ -163,6 +164,10 @@ class ManagerCore {
   uint64_t live_caches_ = 0;  // ACTIVE + SUSPENDED records
   uint64_t active_caches_ = 0;
   bool shut_down_ = false;
+  // Planned drops by id: the (node, group) pages each releases. They belong to their handles,
+  // not to a cache: a plan outlives the cache that made it.
+  std::unordered_map<uint64_t, std::vector<std::pair<prefix::NodeId, CacheGroupId>>> drops_;
+  uint64_t next_drop_ = 1;
   mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
 };
 

@@ -1,5 +1,6 @@
 #include "prefix/prefix_index.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "util/check.h"
@@ -127,15 +128,26 @@ uint32_t PrefixIndex::node_tokens(NodeId node) const {
   return static_cast<uint32_t>(tree_.node(node).tokens.size());
 }
 
-std::vector<CacheGroupId> PrefixIndex::plan_drop(NodeId node) {
-  std::vector<CacheGroupId> planned;
-  for (const CacheGroup& g : plan_.cache_groups()) {
-    const bool target = g.kind == GroupKind::kSsm || g.window.has_value();
-    NodePage& np = tree_.pages(node)[g.id.value];
-    if (!target || np.page == kNoPage) continue;
+std::vector<std::pair<NodeId, CacheGroupId>> PrefixIndex::plan_drop(NodeId node) {
+  std::vector<std::pair<NodeId, CacheGroupId>> planned;
+  auto plan_one = [&](NodeId n, CacheGroupId g) {
+    NodePage& np = tree_.pages(n)[g.value];
+    if (np.page == kNoPage) return;
     ++np.planned_drops;
-    ++tree_.node(node).pins;  // the node stays until the plan runs
-    planned.push_back(g.id);
+    ++tree_.node(n).pins;  // the node stays until the plan runs
+    planned.push_back({n, g});
+  };
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const uint64_t end = tree_.node(node).end();
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (g.kind == GroupKind::kSsm) plan_one(node, g.id);
+    if (!g.window) continue;
+    // The blocks a step from `end` reads: from the window's first live block on.
+    const uint64_t first = std::max<uint64_t>(g.first_live_block(end, tpb), g.sink_blocks);
+    for (NodeId n = node; n != kNoNode && !tree_.node(n).tokens.empty(); n = tree_.node(n).parent) {
+      if (tree_.node(n).start / tpb < first) break;
+      plan_one(n, g.id);
+    }
   }
   return planned;
 }

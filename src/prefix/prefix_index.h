@@ -85,8 +85,10 @@ class PrefixIndex final : public storage::PageObserver {
   uint32_t node_tokens(NodeId node) const;
 
   // --- planned drops (reference-counted per (node, group)) ---
-  // Plans to release the snapshot and window pages of `node`; returns the groups planned.
-  std::vector<CacheGroupId> plan_drop(NodeId node);
+  // The SSM snapshots at `node` and, per window group, every page of the window that a match
+  // ending at `node` needs (sink blocks excepted): each (node, group) planned is counted and
+  // pinned until release_drop.
+  std::vector<std::pair<NodeId, CacheGroupId>> plan_drop(NodeId node);
   void release_drop(NodeId node, CacheGroupId group);
 
   // --- upkeep and reporting ---

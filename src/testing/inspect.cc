@@ -25,8 +25,8 @@ std::vector<TreePage> ManagerInspector::tree_pages(const cache_detail::ManagerCo
     for (uint32_t g = 0; g < pages.size(); ++g) {
       if (pages[g].page == storage::kNoPage) continue;
       const storage::Page& p = core.storage_.page(pages[g].page);
-      out.push_back(
-          {node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value, pages[g].coverage});
+      out.push_back({node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value,
+                     pages[g].coverage, node.start});
     }
   });
   return out;

@@ -31,6 +31,7 @@ struct TreePage {
   PoolGroupId pool_group;
   uint32_t slot = 0;
   uint32_t coverage = 0;
+  uint64_t start = 0;  // token position of the block's first token
 };
 std::vector<TreePage> tree_pages(const KvCacheManager& manager);
 

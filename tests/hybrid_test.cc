@@ -9,6 +9,7 @@
 
 #include "hybridkv/hybrid.h"
 #include "hybridkv/testing/inspect.h"
+#include "hybridkv/units.h"
 #include "lifecycle_fixture.h"
 
 namespace hybridkv {
@@ -120,7 +121,9 @@ TEST(HybridPlan, PipelineRanksShareLayersAndMtpGoesLast) {
   ServingConfig j = serving64(0);
   j.pp_size = 32;
   j.pp_rank = 4;  // Jamba: model layer 4 is attention
-  j.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  // 64 x 32 = 2,048 ACTIVE requests need ceil(2,048 / 0.97) = 2,112 states of 573,440 B on the
+  // recurrent rank (1.13 GiB): 2 GiB.
+  j.tiers = {{TierKind::kGpu, 2ull << 30, ""}};
   const ManagerConfig only_attention = *hybrid_manager_config(model("jamba_v0_1.json"), j);
   EXPECT_EQ(only_attention.attention_layers.size(), 1u);
   EXPECT_TRUE(only_attention.ssm_layers.empty());
@@ -158,6 +161,39 @@ TEST(HybridPlan, ConfigurationsThatCannotHoldTheirFloorsAreRefused) {
   EXPECT_NE(h.status().message().find("raise the GPU quota to at least"), std::string::npos)
       << h.status().message();
   EXPECT_NE(h.status().message().find("or lower max_batch"), std::string::npos);
+}
+
+TEST(HybridPlan, EveryRequestOfAFullBatchHasAStateSlot) {
+  // Nemotron-H 8B, max_batch 64, pp 1, 2 dummies: 66 ACTIVE requests need a state each, so the
+  // state pool's floor is ceil(66 / 0.97) = ceil(68.04) = 69 slots at any accepted quota.
+  ServingConfig s = serving64(0);
+  s.dummy_slots = 2;
+  const ManagerConfig c = *hybrid_manager_config(model("nemotron_h_8b.json"), s);
+  const uint64_t minimum = *minimum_gpu_quota(c);
+  const StoragePlan plan = *StoragePlan::build(c);
+  const CacheGroupId state = *plan.buffer_group_id(0, "ssm_state");
+  EXPECT_EQ(plan.pool_group(plan.cache_group(state).pool_group).floor_slots, 69u);
+  // At the minimum quota all 64 requests (and the dummies) are ACTIVE together.
+  s.tiers = {{TierKind::kGpu, minimum, ""}};
+  auto h =
+      std::move(HybridCacheManager::create(model("nemotron_h_8b.json"), s, {BackendKind::kNone}))
+          .value();
+  EXPECT_GE(h->plan().slots(TierKind::kGpu, plan.cache_group(state).pool_group), 69u);
+  const std::vector<int32_t> prompt(100, 7);
+  for (uint64_t r = 0; r < 64; ++r) {
+    ASSERT_TRUE(h->add_request(r, prompt).is_ok());
+    const Status resumed = h->resume(r);
+    ASSERT_TRUE(resumed.is_ok()) << "request " << r << ": " << resumed.to_string();
+  }
+  EXPECT_EQ(h->manager().storage_stats().active_caches, 66u);
+  // One grain less is refused, naming the minimum.
+  s.tiers = {{TierKind::kGpu, minimum - tier_grain(TierKind::kGpu, minimum), ""}};
+  Result<std::unique_ptr<HybridCacheManager>> small =
+      HybridCacheManager::create(model("nemotron_h_8b.json"), s, {BackendKind::kNone});
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("at least " + format_bytes(minimum)), std::string::npos)
+      << small.status().message();
+  EXPECT_NE(small.status().message().find("66 ACTIVE requests"), std::string::npos);
 }
 
 // --- Lifecycle per family, through the fake engine on the host backend ---

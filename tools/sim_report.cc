@@ -96,17 +96,6 @@ void print_header(const SimOptions& o, const ModelDescription& model, HybridCach
   std::printf("scheduler           max batch %u, %llu tokens per step, snapshot policy %s\n",
               o.max_batch, static_cast<unsigned long long>(o.max_tokens_per_step),
               o.snapshot_policy.c_str());
-  if (h.state_group()) {
-    const uint64_t states =
-        plan.slots(TierKind::kGpu, plan.cache_group(*h.state_group()).pool_group);
-    if (states < o.max_batch) {
-      std::printf(
-          "note                --max-batch %u, but the GPU tier holds %llu states: at most "
-          "%llu requests run at once\n",
-          o.max_batch, static_cast<unsigned long long>(states),
-          static_cast<unsigned long long>(states));
-    }
-  }
   std::printf("\n");
 }
 

@@ -189,6 +189,10 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
       BatchShape{std::vector<RequestShape>(s.max_batch,
                                            {s.typical_len, s.typical_len ? s.typical_len - 1 : 0}),
                  {}};
+  // A state slot for every request of a full batch (every pipeline micro-batch) and every dummy,
+  // all ACTIVE at once: capacity-0 requests reserve exactly their states.
+  const uint64_t active = static_cast<uint64_t>(s.max_batch) * s.pp_size + s.dummy_slots;
+  c.constraints.push_back(BatchShape{std::vector<RequestShape>(active, RequestShape{0, 0}), {}});
   if (s.dummy_slots > 0) {
     // Dummies stay ACTIVE with a block each: they and one real request always fit on the GPU.
     std::vector<RequestShape> batch(s.dummy_slots, RequestShape{tpb, 0});

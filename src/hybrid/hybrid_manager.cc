@@ -36,11 +36,15 @@ Result<std::unique_ptr<HybridCacheManager>> HybridCacheManager::create(
   if (!minimum) return minimum.status();
   const uint64_t gpu = config->tiers.empty() ? 0 : config->tiers.front().quota_bytes;
   if (gpu < *minimum) {
+    const uint64_t active =
+        static_cast<uint64_t>(serving.max_batch) * serving.pp_size + serving.dummy_slots;
     return Status::invalid(
         "GPU quota " + format_bytes(gpu) + " cannot hold the floors of this configuration (" +
-        format_bytes(*minimum) + ": " + std::to_string(max_live_caches(serving)) +
-        " living caches with their states and replay slots): raise the GPU quota to at least " +
-        format_bytes(*minimum) + ", or lower max_batch, dummy_slots or num_spec_tokens");
+        format_bytes(*minimum) + ": a state slot for each of " + std::to_string(active) +
+        " ACTIVE requests (max_batch x pp_size + dummy_slots) and replay slots for " +
+        std::to_string(max_live_caches(serving)) +
+        " living caches): raise the GPU quota to at least " + format_bytes(*minimum) +
+        ", or lower max_batch, dummy_slots or num_spec_tokens");
   }
   Result<std::unique_ptr<KvCacheManager>> manager = KvCacheManager::create(*config, backend);
   if (!manager) return manager.status();

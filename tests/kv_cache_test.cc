@@ -40,7 +40,8 @@ TEST_F(Lifecycle, TestModelPlansFourGroupsInThreePoolGroups) {
   EXPECT_EQ(plan.cache_group(kPrivate).policy, ReusePolicy::kPrivate);
   EXPECT_EQ(plan.cache_group(kWindow).window, 48u);
   EXPECT_EQ(plan.pool_groups().size(), 3u);  // full and window share [8192]
-  EXPECT_EQ(plan.slots(TierKind::kGpu, PoolGroupId(0)), 6u);
+  // Rounding leftovers give the state pool group a sixth slot... and a seventh: 7.
+  EXPECT_EQ(plan.slots(TierKind::kGpu, PoolGroupId(0)), 7u);
   // The default batch (32 at history 2047) weighs full attention 128 blocks and the 48-token
   // window 3 (tokens 2000..2047: blocks 125..127) per request.
   EXPECT_EQ(plan.slots(TierKind::kGpu, PoolGroupId(2)), 238u);
@@ -101,7 +102,7 @@ TEST_F(Lifecycle, SuspendedPagesMoveToHostAndComeBackIntoOtherSlots) {
 
 TEST_F(Lifecycle, RefusedResumeLeavesCacheSuspendedAndNothingChanged) {
   LifecycleModel model;
-  model.host_quota = 0;  // nowhere to demote: held states keep the 6 GPU SSM slots
+  model.host_quota = 0;  // nowhere to demote: held states keep the 7 GPU SSM slots
   auto m = make_manager(model);
   testing::FakeEngine engine(*m);
   std::vector<Request> held;
@@ -119,7 +120,7 @@ TEST_F(Lifecycle, RefusedResumeLeavesCacheSuspendedAndNothingChanged) {
     if (!refused.is_ok()) {
       EXPECT_EQ(testing::debug_snapshot(*m), before);
       EXPECT_EQ(r.cache->state(), CacheState::kSuspended);
-      EXPECT_EQ(i, 6);
+      EXPECT_EQ(i, 7);
       break;
     }
     ASSERT_OK(advance(engine, r, 40));
@@ -127,7 +128,7 @@ TEST_F(Lifecycle, RefusedResumeLeavesCacheSuspendedAndNothingChanged) {
   }
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.code(), StatusCode::kOutOfPages) << refused.to_string();
-  EXPECT_NE(refused.message().find("resume: pool group 0 (GPU) needs 1 more slots; 0 of 6"),
+  EXPECT_NE(refused.message().find("resume: pool group 0 (GPU) needs 1 more slots; 0 of 7"),
             std::string::npos)
       << refused.message();
   EXPECT_EQ(m->take_iteration_stats().refused_resumes, 1u);
@@ -145,9 +146,9 @@ TEST_F(Lifecycle, ResumeIsRefusedAboveUtilGate) {
   LifecycleModel model;
   model.host_quota = 0;
   auto m = make_manager(model);
-  // 6 SSM slots at 0.97: five requests may be active, the sixth resume is refused by the gate.
+  // 7 SSM slots at 0.97: six requests may be active, the seventh resume is refused by the gate.
   std::vector<Request> active;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 6; ++i) {
     active.push_back(make_request(*m, random_tokens(rng_, 10), 10));
     ASSERT_TRUE(active.back().cache->resume({}).is_ok()) << i;
   }
@@ -155,7 +156,7 @@ TEST_F(Lifecycle, ResumeIsRefusedAboveUtilGate) {
   const std::string before = testing::debug_snapshot(*m);
   const Status s = extra.cache->resume({});
   EXPECT_EQ(s.code(), StatusCode::kRefused) << s.to_string();
-  EXPECT_NE(s.message().find("pool group 0 (GPU) would have 6 of 6 slots locked"),
+  EXPECT_NE(s.message().find("pool group 0 (GPU) would have 7 of 7 slots locked"),
             std::string::npos)
       << s.message();
   EXPECT_EQ(testing::debug_snapshot(*m), before);

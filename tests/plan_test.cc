@@ -253,8 +253,12 @@ TEST(Slots, DefaultBatchRatioSplitsTheQuota) {
   // Default batch: 32 requests of 2048 tokens decoding; weights are slot demand x slot bytes.
   // A window of 32 at history 2047 reads tokens 2016..2047: blocks 126 and 127, 2 per request
   // (3 with the sink block), so windows weigh 32 x (2 + 3) against full attention's 32 x 128.
+  // The shares round down to 3, 3, 497 and 19 slots (5,120, 16, 4,096 and 2,048 B), using
+  // 2,090,032 of 2,097,152 B; the 7,120 B left go to pg 0 (furthest below its share: one
+  // 5,120 B slot), then the last 2,000 B to pg 1 (125 slots of 16 B): nothing is stranded.
   const StoragePlan plan = build_ok(example_config());
-  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{3, 3, 497, 19}));
+  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{4, 128, 497, 19}));
+  EXPECT_EQ(plan.tier(TierKind::kGpu)->unassigned_bytes, 0u);
   EXPECT_EQ(plan.tier(TierKind::kGpu)->quota, 2u << 20);
   EXPECT_FALSE(plan.tier(TierKind::kGpu)->quota_raised);
 }
@@ -263,7 +267,9 @@ TEST(Slots, TypicalStepShapesTheRatio) {
   ManagerConfig c = example_config();
   c.typical_step = BatchShape{std::vector<RequestShape>(4, {64, 63}), {}};
   // Windows read tokens 32..63 (blocks 2, 3) and the sink block: 2 + 3 against 4 full blocks.
-  EXPECT_EQ(gpu_slots(build_ok(c)), (std::vector<uint64_t>{66, 66, 264, 330}));
+  // Rounded down: 66, 66, 264, 330 slots use 2,096,160 B; the 992 B left fit only pg 1's 16 B
+  // slots: 62 more.
+  EXPECT_EQ(gpu_slots(build_ok(c)), (std::vector<uint64_t>{66, 128, 264, 330}));
 }
 
 TEST(Slots, ExplicitRatioWithFixedPrivatePool) {
@@ -273,8 +279,11 @@ TEST(Slots, ExplicitRatioWithFixedPrivatePool) {
   const StoragePlan plan = build_ok(c);
   EXPECT_TRUE(plan.pool_groups()[1].fixed_private);
   EXPECT_EQ(plan.pool_groups()[1].floor_slots, 20u);
-  // The fixed pool (20 x 16 B) comes out first; the rest splits 1:1:1 by bytes.
-  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{136, 20, 170, 341}));
+  // The fixed pool (20 x 16 B) comes out first; the rest splits 1:1:1 by bytes: 136, 170 and
+  // 341 slots leave 5,824 B, of which pg 0 takes a 5,120 B slot; the fixed pool takes none, and
+  // 704 B (under pg 3's 2,048 B slot) stay unassigned.
+  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{137, 20, 170, 341}));
+  EXPECT_EQ(plan.tier(TierKind::kGpu)->unassigned_bytes, 704u);
 }
 
 TEST(Slots, FixedPrivatePoolIsAPoolGroupOfItsOwn) {
@@ -300,9 +309,33 @@ TEST(Slots, ConstraintsOverrideAnInfeasibleExplicitRatio) {
   EXPECT_EQ(plan.pool_groups()[0].floor_slots, 11u);
   EXPECT_EQ(plan.pool_groups()[2].floor_slots, 106u);
   EXPECT_EQ(plan.pool_groups()[3].floor_slots, 211u);
-  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{162, 20, 203, 211}));
+  // 162, 203 and 211 slots leave 3,776 B: pg 3 (2,048 B) takes one more, 1,728 B remain.
+  EXPECT_EQ(gpu_slots(plan), (std::vector<uint64_t>{162, 20, 203, 212}));
   ASSERT_EQ(plan.notes().size(), 1u);
   EXPECT_NE(plan.notes()[0].find("pool group 3: pool_ratio gives"), std::string::npos);
+}
+
+TEST(Slots, NoPoolGroupIsLeftASlotShortWhileBytesAreUnassigned) {
+  // Every quota from 2 to 64 MiB, with and without a fixed PRIVATE pool, on GPU and host: what
+  // stays unassigned is under one slot of every pool group the ratio splits.
+  for (const bool fixed : {false, true}) {
+    for (uint64_t mib = 2; mib <= 64; mib += 3) {
+      ManagerConfig c = example_config();
+      if (fixed) c.max_live_kv_caches = 7;
+      c.tiers[0].quota_bytes = mib << 20;
+      c.tiers.push_back({TierKind::kHost, (mib << 20) + 12345, ""});
+      const StoragePlan plan = build_ok(c);
+      for (const TierPlan& t : plan.tiers()) {
+        SCOPED_TRACE(std::string(tier_kind_name(t.kind)) + " " + std::to_string(mib) + " MiB");
+        EXPECT_EQ(t.bytes_used + t.unassigned_bytes, t.quota);
+        for (const PoolGroup& pg : plan.pool_groups()) {
+          if (!pg.fixed_private) {
+            EXPECT_LT(t.unassigned_bytes, pg.slot_bytes) << pg.id.value;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Slots, StateOnlyRequestsOfCapacityZeroReserveOnlyStateSlots) {

@@ -120,6 +120,9 @@ struct TierPlan {
   bool quota_raised = false;     // GPU only: the floors did not fit in the requested quota
   std::vector<uint64_t> slots;   // per pool group id
   uint64_t bytes_used = 0;       // sum of slots * slot_bytes
+  // quota - bytes_used: fewer bytes than one slot of the smallest pool group that the ratio
+  // splits (rounding leftovers go to the pool groups furthest below their share).
+  uint64_t unassigned_bytes = 0;
 };
 
 // Where a buffer's pages are, for kernels (see the header comment).

@@ -43,6 +43,7 @@ Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
     for (const PoolGroup& pg : plan.pool_groups_) {
       tier.bytes_used += tier.slots[pg.id.value] * pg.slot_bytes;
     }
+    tier.unassigned_bytes = tier.quota > tier.bytes_used ? tier.quota - tier.bytes_used : 0;
     plan.tiers_.push_back(std::move(tier));
   }
   return plan;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "plan/plan_internal.h"
@@ -141,6 +142,38 @@ std::vector<double> pool_weights(const ManagerConfig& config, const StructureVie
   return weights;
 }
 
+// Rounding each share down to whole slots strands bytes; while a slot's worth is unassigned,
+// the pool group furthest below its share (in bytes) that it fits takes one more slot. Fixed
+// pools take none. Afterwards fewer bytes than the smallest other slot are left.
+void give_out_leftover(const StructureView& s, uint64_t quota, const std::vector<bool>& fixed,
+                       std::vector<long double>& share, std::vector<uint64_t>& slots) {
+  uint64_t used = 0;
+  for (const PoolGroup& pg : s.pool_groups) used += slots[pg.id.value] * pg.slot_bytes;
+  if (used >= quota) return;
+  uint64_t left = quota - used;
+  for (;;) {
+    std::optional<size_t> best;
+    long double best_gap = 0.0L;
+    for (const PoolGroup& pg : s.pool_groups) {
+      const size_t i = pg.id.value;
+      if (fixed[i] || pg.slot_bytes > left) continue;
+      const long double gap = share[i] - static_cast<long double>(slots[i] * pg.slot_bytes);
+      if (!best || gap > best_gap) {
+        best = i;
+        best_gap = gap;
+      }
+    }
+    if (!best) return;
+    // Whole slots up to the group's share at once (all the rest it fits once it has its share),
+    // so tiny slots do not take one pass each.
+    const uint64_t bytes = s.pool_groups[*best].slot_bytes;
+    uint64_t k = left / bytes;
+    if (best_gap > 0.0L) k = std::clamp<uint64_t>(static_cast<uint64_t>(best_gap) / bytes, 1, k);
+    slots[*best] += k;
+    left -= k * bytes;
+  }
+}
+
 }  // namespace
 
 Result<Structure> build_structure(const ManagerConfig& config) {
@@ -193,6 +226,8 @@ TierSplit split_tier(const ManagerConfig& config, const StructureView& s, TierKi
   }
   // Water-filling: split what is left by weight; pool groups whose share falls below their
   // floor take the floor and leave the split (on the GPU tier only).
+  std::vector<long double> share(n, 0.0L);
+  std::vector<bool> fixed = pinned;  // fixed pools never take leftovers
   for (;;) {
     double total_weight = 0.0;
     for (size_t i = 0; i < n; ++i) {
@@ -204,9 +239,9 @@ TierSplit split_tier(const ManagerConfig& config, const StructureView& s, TierKi
     for (size_t i = 0; i < n; ++i) {
       if (pinned[i]) continue;
       const PoolGroup& pg = s.pool_groups[i];
-      const long double share =
+      share[i] =
           static_cast<long double>(available) * weights[i] / static_cast<long double>(total_weight);
-      split.slots[i] = static_cast<uint64_t>(std::floor(share)) / pg.slot_bytes;
+      split.slots[i] = static_cast<uint64_t>(std::floor(share[i])) / pg.slot_bytes;
       if (kind == TierKind::kGpu && split.slots[i] < pg.floor_slots) below_floor.push_back(i);
     }
     const bool changed = !below_floor.empty();
@@ -218,12 +253,14 @@ TierSplit split_tier(const ManagerConfig& config, const StructureView& s, TierKi
                               std::to_string(pg.floor_slots) + "; the floor wins");
       }
       split.slots[i] = pg.floor_slots;
+      share[i] = static_cast<long double>(pg.floor_slots * pg.slot_bytes);
       pinned[i] = true;
       const uint64_t bytes = pg.floor_slots * pg.slot_bytes;
       available = bytes <= available ? available - bytes : 0;
     }
     if (!changed) break;
   }
+  give_out_leftover(s, quota, fixed, share, split.slots);
   return split;
 }
 

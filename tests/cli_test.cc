@@ -87,9 +87,26 @@ TEST(CliPlan, TextPlanShowsGroupsPoolsTiersAndTokens) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* expected :
        {"cache groups", "SSM REQUIRED", "full attention REQUIRED", "pool groups", "floor",
-        "GPU  quota 8.00 GiB", "HOST  quota 32.00 GiB", "KV tokens on GPU",
-        "max_live_kv_caches 40"}) {
+        "GPU  quota 8.00 GiB", "HOST  quota 32.00 GiB", "KV tokens on GPU", "max_live_kv_caches 40",
+        "unassigned", "state floor: 17 GPU slots"}) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+}
+
+TEST(CliPlan, JsonTiersReportUnassignedBytesUnderOneSlot) {
+  const CliRun r = run_cli("plan --model " + model("nemotron_h_8b.json") +
+                           " --gpu-quota 8GiB --host-quota 32GiB --max-batch 16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  uint64_t smallest = UINT64_MAX;
+  for (const auto& pg : j["pool_groups"]) {
+    if (!pg["fixed_private"].get<bool>())
+      smallest = std::min(smallest, pg["slot_bytes"].get<uint64_t>());
+  }
+  for (const auto& t : j["tiers"]) {
+    EXPECT_EQ(t["bytes_used"].get<uint64_t>() + t["unassigned_bytes"].get<uint64_t>(),
+              t["quota"].get<uint64_t>());
+    EXPECT_LT(t["unassigned_bytes"].get<uint64_t>(), smallest);
   }
 }
 

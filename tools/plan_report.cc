@@ -1,5 +1,6 @@
 #include "plan_report.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "hybridkv/units.h"
@@ -124,6 +125,7 @@ json tiers_json(const StoragePlan& plan) {
                      {"grain", t.grain},
                      {"quota_raised", t.quota_raised},
                      {"bytes_used", t.bytes_used},
+                     {"unassigned_bytes", t.unassigned_bytes},
                      {"pool_groups", slots}});
   }
   return tiers;
@@ -206,12 +208,20 @@ std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan)
     if (pg.live_floor) os << ", held at the live floor";
     os << "\n        floor " << pg.floor_slots << " GPU slots = ceil(max(" << floor_text(pg)
        << ") / " << c.max_util_for_resume << ")\n";
+    const bool states = std::any_of(pg.groups.begin(), pg.groups.end(), [&](CacheGroupId g) {
+      return plan.cache_group(g).kind == GroupKind::kSsm;
+    });
+    if (states) {
+      os << "        state floor: " << pg.floor_slots
+         << " GPU slots, a state for every ACTIVE request of the largest batch declared\n";
+    }
   }
   os << "\ntiers\n";
   for (const TierPlan& t : plan.tiers()) {
     os << "  " << tier_kind_name(t.kind) << "  quota " << format_bytes(t.quota);
     if (t.quota != t.requested_quota) os << " (asked " << format_bytes(t.requested_quota) << ")";
-    os << ", grain " << format_bytes(t.grain) << ", used " << format_bytes(t.bytes_used) << "\n";
+    os << ", grain " << format_bytes(t.grain) << ", used " << format_bytes(t.bytes_used)
+       << ", unassigned " << with_commas(t.unassigned_bytes) << " B\n";
     for (const PoolGroup& pg : plan.pool_groups()) {
       os << "        pool group " << pg.id.value << ": " << with_commas(t.slots[pg.id.value])
          << " slots, " << format_bytes(t.slots[pg.id.value] * pg.slot_bytes) << "\n";

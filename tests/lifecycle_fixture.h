@@ -95,6 +95,7 @@ struct Request {
   std::unique_ptr<KvCache> cache;
   testing::FakeRequest fake;
   std::vector<int32_t> slots_at_suspend;
+  bool state_only = false;  // capacity 0 for its whole life: it holds only state slots
 };
 
 inline Request make_request(KvCacheManager& manager, std::vector<int32_t> tokens, size_t prompt_len,

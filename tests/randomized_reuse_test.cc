@@ -51,17 +51,25 @@ struct Counters {
            optional_refused_choice = 0, planned_drops = 0, tree_checks = 0;
 };
 
-TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
+uint64_t test_seed() {
   uint64_t seed = std::random_device{}();
   if (const char* s = std::getenv("HKV_SEED")) seed = std::strtoull(s, nullptr, 10);
   std::printf("seed %llu (replay with HKV_SEED=%llu)\n", static_cast<unsigned long long>(seed),
               static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  return seed;
+}
+
+LifecycleModel reuse_model() {
   LifecycleModel model;
   model.optional_attention = true;
   model.partial_reuse = true;
   model.host_quota = 1ull << 20;
   model.pool_ratio = std::vector<double>{1.0, 0.05, 0.8};
+  return model;
+}
+
+void run_reuse(uint64_t seed, const LifecycleModel& model) {
+  std::mt19937_64 rng(seed);
   auto m = make_manager(model);
   ASSERT_TRUE(m);
   testing::FakeEngine engine(*m);
@@ -241,6 +249,20 @@ TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
   EXPECT_GT(n.reused_creates, 0u);
   EXPECT_GT(n.optional_selected, 0u);
   EXPECT_GT(n.end_commits, 0u);
+}
+
+// With commit_min_snapshot (the default model): commits at snapshot points, window pages that
+// leave the window are freed at once.
+TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
+  run_reuse(test_seed(), reuse_model());
+}
+
+// Without it: window pages that leave the window stay HELD (and may be demoted) until the
+// commit that publishes them, or close; the 48-token window group is reused through them.
+TEST(RandomizedReuse, WindowPagesHeldUntilTheirCommitKeepEveryPageIntact) {
+  LifecycleModel model = reuse_model();
+  model.commit_min_snapshot = false;
+  run_reuse(test_seed(), model);
 }
 
 }  // namespace

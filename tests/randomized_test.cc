@@ -35,7 +35,7 @@ std::vector<int32_t> slots_of(const KvCache& cache) {
 
 struct Counters {
   uint64_t ops = 0, steps = 0, suspends = 0, resumes = 0, refused = 0, closes = 0, shrinks = 0,
-           failed_resizes = 0, resumed_elsewhere = 0;
+           failed_resizes = 0, resumed_elsewhere = 0, state_only_steps = 0;
 };
 
 void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counters& n) {
@@ -55,6 +55,7 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
       const size_t prompt = 1 + rng() % total;
       r = make_request(*m, random_tokens(rng, total), prompt);
       ASSERT_TRUE(r.cache) << where;
+      r.state_only = rng() % 10 == 0;  // capacity 0: only state slots (DESIGN §3.4)
     } else if (r.cache->state() == CacheState::kSuspended) {
       const bool snapshot = rng() % 8 == 0;
       const std::string before = snapshot ? testing::debug_snapshot(*m) : "";
@@ -80,6 +81,16 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
           ++n.closes;
         }
       }
+    } else if (dice < 60 && r.state_only) {
+      ASSERT_TRUE(r.cache->resize(0, 0).is_ok()) << where << " op " << n.ops;
+      for (CacheGroupId g(0); g.value < m->plan().cache_groups().size(); ++g.value) {
+        if (m->plan().cache_group(g).kind == GroupKind::kSsm) {
+          ASSERT_NE(*r.cache->state_index(g), kBadPageIndex) << where;
+        } else {
+          ASSERT_TRUE(r.cache->block_table(g)->empty()) << where;
+        }
+      }
+      ++n.state_only_steps;
     } else if (dice < 60) {
       const uint64_t total = r.fake.tokens[0].size();
       if (r.fake.computed >= total) {
@@ -155,16 +166,17 @@ TEST(Randomized, SchedulerUnderPressureKeepsEveryPageIntact) {
   run(seed, model, kOperations, n);
   std::printf(
       "ops %llu: steps %llu, suspends %llu, resumes %llu, refused %llu, closes %llu, "
-      "shrinks %llu, failed resizes %llu, resumed into other slots %llu\n",
+      "shrinks %llu, failed resizes %llu, resumed into other slots %llu, capacity-0 steps %llu\n",
       (unsigned long long)n.ops, (unsigned long long)n.steps, (unsigned long long)n.suspends,
       (unsigned long long)n.resumes, (unsigned long long)n.refused, (unsigned long long)n.closes,
       (unsigned long long)n.shrinks, (unsigned long long)n.failed_resizes,
-      (unsigned long long)n.resumed_elsewhere);
+      (unsigned long long)n.resumed_elsewhere, (unsigned long long)n.state_only_steps);
   EXPECT_GE(n.ops, kOperations);
   EXPECT_GT(n.refused, 0u);
   EXPECT_GT(n.resumes, 0u);
   EXPECT_GT(n.resumed_elsewhere, 0u);
   EXPECT_GT(n.failed_resizes, 0u);
+  EXPECT_GT(n.state_only_steps, 0u);
 }
 
 }  // namespace

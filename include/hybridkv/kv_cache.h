@@ -84,6 +84,12 @@ class KvCache {
   // changing nothing: a scheduler asks before it commits to a resume, so that a refused
   // resume costs no evictions and no churn.
   [[nodiscard]] Status can_resume(const std::vector<CacheGroupId>& optional_groups = {}) const;
+  // Requires: SUSPENDED. Starts onboarding every page of the cache that sits on a colder tier
+  // (making GPU room as resume would, without locking anything), so that a later resume() only
+  // waits on copies already in flight. The pages stay HELD: pressure before the resume may
+  // demote them again. Out of room: kOutOfPages, nothing changes. A cache whose pages are all
+  // on the GPU: OK, nothing to do.
+  [[nodiscard]] Status prefetch();
   // Requires: ACTIVE.
   [[nodiscard]] Status suspend();
   // Requires: ACTIVE; history <= capacity; history >= history().

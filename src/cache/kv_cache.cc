@@ -40,6 +40,7 @@ Status KvCache::can_resume(const std::vector<CacheGroupId>& optional_groups) con
   return core_->can_resume(id_, optional_groups);
 }
 Status KvCache::suspend() { return core_->suspend(id_); }
+Status KvCache::prefetch() { return core_->prefetch(id_); }
 Status KvCache::resize(uint64_t capacity, uint64_t history) {
   return core_->resize(id_, capacity, history);
 }

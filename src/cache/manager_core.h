@@ -51,6 +51,7 @@ class ManagerCore {
   // What resume() would answer now, changing nothing (shared lock).
   Status can_resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups) const;
   Status suspend(uint32_t id);
+  Status prefetch(uint32_t id);
   Status resize(uint32_t id, uint64_t capacity, uint64_t history);
   Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end);
   Status stop_committing(uint32_t id);

@@ -102,6 +102,34 @@ Status ManagerCore::can_resume(uint32_t id,
   return resume_allowed(id, chosen, true, needs);
 }
 
+Status ManagerCore::prefetch(uint32_t id) {
+  std::unique_lock lock(mu_);
+  if (Status s = expect_state(id, CacheState::kSuspended, "prefetch"); !s) return s;
+  CacheRecord& rec = caches_[id];
+  std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
+  storage::Exclusions excluded = storage_.empty_exclusions();
+  std::vector<PageId> own, away;
+  for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
+    own.push_back(pid);
+    storage_.exclude(excluded, pid);  // room is never made by demoting the cache's own pages
+    const storage::Page& p = storage_.page(pid);
+    if (p.tier != TierKind::kGpu) {
+      ++need[p.pool_group.value];
+      away.push_back(pid);
+    }
+  });
+  if (away.empty()) return Status::ok();
+  if (Status s = check_room("prefetch", need, excluded); !s)
+    return Status(s.code(), label(id) + ": " + s.message());
+  for (PageId pid : own) storage_.pin(pid);
+  make_room(need);
+  for (PageId pid : away) storage_.move(pid, kGpuTier);
+  for (PageId pid : own) storage_.unpin(pid);
+  rec.note_ready(storage_.flush());
+  after_mutation();
+  return Status::ok();
+}
+
 Status ManagerCore::resume_locked(uint32_t id, const std::vector<CacheGroupId>& optional_groups) {
   if (Status s = expect_state(id, CacheState::kSuspended, "resume"); !s) return s;
   CacheRecord& rec = caches_[id];

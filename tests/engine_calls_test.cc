@@ -17,6 +17,7 @@ using testing::random_tokens;
 using testing::Request;
 
 constexpr PoolGroupId kAttentionPool(2);  // full and window groups share it
+constexpr CacheGroupId kSsm(0), kPrivate(1), kFull(2), kWindow(3);
 
 size_t pages_on_host(const KvCacheManager& m) {
   const std::string snap = testing::debug_snapshot(m);
@@ -57,7 +58,13 @@ TEST_F(EngineCalls, PrefetchOnboardsASuspendedCacheSoResumeOnlyWaits) {
   // The prefetch brings the twelve back; A stays SUSPENDED (its pages HELD).
   ASSERT_OK(a.cache->prefetch());
   EXPECT_EQ(a.cache->state(), CacheState::kSuspended);
-  EXPECT_EQ(m->take_iteration_stats().pages_onboarded, 12u);
+  const IterationStats prefetched = m->take_iteration_stats();
+  EXPECT_EQ(prefetched.pages_onboarded, 12u);
+  // Per group: the twelve are full and window pages, whole 8,192 B slots each.
+  const GroupIterationStats& full_pages = prefetched.groups[kFull.value];
+  const GroupIterationStats& window = prefetched.groups[kWindow.value];
+  EXPECT_EQ(full_pages.onboarded_blocks + window.onboarded_blocks, 12u);
+  EXPECT_EQ(full_pages.onboarded_bytes + window.onboarded_bytes, 12u * 8192);
   EXPECT_EQ(pages_on_host(*m), 0u);
   ASSERT_OK(a.cache->prefetch());  // nothing left to do
   EXPECT_EQ(m->take_iteration_stats().pages_onboarded, 0u);
@@ -67,6 +74,138 @@ TEST_F(EngineCalls, PrefetchOnboardsASuspendedCacheSoResumeOnlyWaits) {
   ASSERT_OK(engine.verify(*a.cache, a.fake));
   EXPECT_EQ(a.cache->prefetch().code(), StatusCode::kFailedPrecondition);  // ACTIVE
   EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
+// A: 96 tokens computed from scratch and committed; B: the same prompt, matched.
+TEST_F(EngineCalls, IterationStatsSplitByCacheGroupAndResetEachTake) {
+  LifecycleModel model;
+  model.host_quota = 0;  // making room drops tree pages (evictions) instead of demoting them
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  Request a = make_request(*m, tokens, 100);
+  (void)m->take_iteration_stats();
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 96));
+  IterationStats s = m->take_iteration_stats();
+  // History 0, capacity 96: 6 blocks of 16 in the full and in the 48-token window group (all
+  // live at history 0), one state and one PRIVATE replay row.
+  EXPECT_EQ(s.groups[kFull.value].new_blocks, 6u);
+  EXPECT_EQ(s.groups[kWindow.value].new_blocks, 6u);
+  EXPECT_EQ(s.groups[kSsm.value].new_blocks, 1u);
+  EXPECT_EQ(s.groups[kPrivate.value].new_blocks, 1u);
+  EXPECT_EQ(s.pages_allocated, 14u);
+  ASSERT_OK(testing::commit_computed(a));
+  s = m->take_iteration_stats();
+  // The commit at 96 copies the state into a snapshot: one GPU-to-GPU copy of a state slot.
+  const uint64_t state_slot =
+      m->plan().pool_group(m->plan().cache_group(kSsm).pool_group).slot_bytes;
+  EXPECT_EQ(s.groups[kSsm.value].device_copy_blocks, 1u);
+  EXPECT_EQ(s.groups[kSsm.value].device_copy_bytes, state_slot);
+  EXPECT_EQ(s.groups[kSsm.value].new_blocks, 1u);  // the snapshot's page
+  EXPECT_EQ(s.groups[kFull.value].device_copy_blocks, 0u);
+  ASSERT_OK(a.cache->close());
+  // B matches 96 tokens: 6 full blocks, the window's blocks 3..5 (tokens 49..95 are read from
+  // 96 on), and the snapshot.
+  Request b = make_request(*m, tokens, 100);
+  s = m->take_iteration_stats();
+  EXPECT_EQ(b.cache->reuse_match().reused_tokens, 96u);
+  EXPECT_EQ(s.groups[kFull.value].reused_blocks, 6u);
+  EXPECT_EQ(s.groups[kWindow.value].reused_blocks, 3u);
+  EXPECT_EQ(s.groups[kSsm.value].reused_blocks, 1u);
+  EXPECT_EQ(s.groups[kPrivate.value].reused_blocks, 0u);
+  // A second take right away: every counter is back at zero.
+  s = m->take_iteration_stats();
+  for (const GroupIterationStats& g : s.groups) {
+    EXPECT_EQ(g.reused_blocks + g.new_blocks + g.evicted_blocks + g.onboarded_blocks +
+                  g.offloaded_blocks + g.device_copy_blocks,
+              0u);
+  }
+  ASSERT_OK(b.cache->close());
+  // C needs every attention slot: the tree's 9 attention pages are dropped (evicted).
+  Request c = make_request(*m, random_tokens(rng_, 5000), 5000);
+  ASSERT_OK(c.cache->resume({}));
+  const uint64_t slots = m->storage_stats().tiers[0].pool_groups[kAttentionPool.value].total_slots;
+  ASSERT_OK(c.cache->resize(slots / 2 * 16, 0));
+  s = m->take_iteration_stats();
+  EXPECT_EQ(s.groups[kFull.value].evicted_blocks + s.groups[kWindow.value].evicted_blocks, 9u);
+  uint64_t evicted = 0;
+  for (const GroupIterationStats& g : s.groups) evicted += g.evicted_blocks;
+  EXPECT_EQ(evicted, s.pages_dropped);
+}
+
+TEST_F(EngineCalls, ReuseAndSnapshotStatsHaveAGetAndResetVariant) {
+  auto m = make_manager(LifecycleModel{});
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  Request a = make_request(*m, tokens, 100);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 96));
+  ASSERT_OK(testing::commit_computed(a));
+  Request b = make_request(*m, tokens, 100);  // a lookup of 99 tokens that reuses 96
+  ReuseStats s = m->take_reuse_stats();
+  EXPECT_EQ(s.groups[kFull.value].lookups, 2u);  // A's (a miss) and B's
+  EXPECT_EQ(s.groups[kFull.value].hits, 1u);
+  EXPECT_EQ(s.groups[kFull.value].reused_tokens, 96u);
+  EXPECT_EQ(s.groups[kSsm.value].snapshots_stored, 1u);
+  EXPECT_EQ(s.groups[kSsm.value].aligned_snapshot_hits, 1u);
+  const uint64_t blocks = s.tree_blocks;
+  EXPECT_GT(blocks, 0u);
+  s = m->take_reuse_stats();  // counters restart; the tree's size is a level and stays
+  EXPECT_EQ(s.groups[kFull.value].lookups, 0u);
+  EXPECT_EQ(s.groups[kSsm.value].snapshots_stored, 0u);
+  EXPECT_EQ(s.tree_blocks, blocks);
+  ASSERT_OK(a.cache->close());
+  ASSERT_OK(b.cache->close());
+  m->clear_reusable_blocks();
+  EXPECT_EQ(m->take_reuse_stats().groups[kSsm.value].snapshots_removed, 1u);
+  EXPECT_EQ(m->reuse_stats().groups[kSsm.value].snapshots_removed, 0u);  // reset by the take
+}
+
+TEST_F(EngineCalls, ReuseCoverageIsAListOfTokenRangesPerGroup) {
+  auto m = make_manager(LifecycleModel{});
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  Request a = make_request(*m, tokens, 100);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 96));
+  ASSERT_OK(testing::commit_computed(a));
+  const ReuseMatch match = m->probe_reuse({}, tokens);
+  ASSERT_EQ(match.reused_tokens, 96u);
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+  // Full attention: every token; the 48-token window from 96: tokens 49..95, whole blocks from
+  // 48; the snapshot at 96 stands for [0, 96); the PRIVATE group reuses nothing.
+  EXPECT_EQ(match.groups[kFull.value].ranges, (Ranges{{0, 96}}));
+  EXPECT_EQ(match.groups[kWindow.value].ranges, (Ranges{{48, 96}}));
+  EXPECT_EQ(match.groups[kSsm.value].ranges, (Ranges{{0, 96}}));
+  EXPECT_EQ(match.groups[kPrivate.value].ranges, Ranges{});
+}
+
+TEST(EngineCallsSinks, WindowCoverageKeepsItsSinkBlocksApart) {
+  // Window 32 with 4 sink tokens (one sink block of 16).
+  std::mt19937_64 rng(5);
+  ManagerConfig c;
+  c.tokens_per_block = 16;
+  AttentionLayerConfig l;
+  l.id = 0;
+  l.window = 32;
+  l.sink_tokens = 4;
+  l.buffers = {{"key", 1024, {}, {}}};
+  c.attention_layers = {l};
+  c.tiers = {{TierKind::kGpu, 4ull << 20, ""}};
+  c.enable_partial_reuse = true;
+  auto m = std::move(KvCacheManager::create(c, {BackendKind::kNone})).value();
+  const std::vector<int32_t> tokens = random_tokens(rng, 200);
+  auto a = std::move(m->create_kv_cache({{}, tokens, 1, {}})).value();
+  ASSERT_OK(a->resume({}));
+  ASSERT_OK(a->resize(160, 0));
+  ASSERT_OK(a->resize(160, 160));
+  ASSERT_OK(a->commit(std::span<const int32_t>(tokens).first(160)));
+  const ReuseMatch match = m->probe_reuse({}, tokens);
+  ASSERT_EQ(match.reused_tokens, 160u);
+  // From 160 the window reads 129..159 (blocks 8, 9: tokens 128..159) and the sink block 0.
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(match.groups[0].ranges, (Ranges{{0, 16}, {128, 160}}));
 }
 
 }  // namespace

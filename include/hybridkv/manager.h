@@ -56,8 +56,12 @@ class KvCacheManager {
   // Tree events since the previous call (ManagerConfig::record_events).
   std::vector<CacheEvent> take_events();
   ReuseStats reuse_stats() const;
+  // reuse_stats() (snapshot statistics included), then its counters restart from zero: an
+  // engine exporting per-interval figures calls this once per interval.
+  ReuseStats take_reuse_stats();
 
-  // Counters since the previous call (then reset).
+  // Counters since the previous call (then reset): call it once per step for per-step figures;
+  // IterationStats::groups splits them by cache group.
   IterationStats take_iteration_stats();
   StorageStats storage_stats() const;
   // min(max_seq_len, the longest single request the GPU tier of this manager can hold).

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "hybridkv/config.h"
@@ -43,6 +44,10 @@ struct GroupReuse {
   bool complete = false;  // the group can restore the whole match
   uint64_t endpoint = 0;  // tokens the group can restore from the tree
   uint64_t coverage = 0;  // attention: tokens covered by the group's pages from the start
+  // The tokens whose pages (attention) or summary (an SSM snapshot stands for [0, endpoint))
+  // the match supplies, as [begin, end) ranges in order: full attention [0, coverage); a window
+  // its sink blocks and the w - 1 tokens before the endpoint (whole blocks).
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
 };
 
 struct ReuseMatch {
@@ -65,6 +70,8 @@ struct GroupReuseStats {
   uint64_t unreused_tokens = 0;          // looked-up tokens not reused
   uint64_t aligned_snapshot_hits = 0;    // SSM: snapshot at a block boundary
   uint64_t unaligned_snapshot_hits = 0;  // SSM: snapshot inside a block
+  uint64_t snapshots_stored = 0;         // SSM: snapshots published to the tree
+  uint64_t snapshots_removed = 0;        // SSM: snapshots dropped or unlinked
 };
 
 struct ReuseStats {

@@ -11,6 +11,19 @@
 
 namespace hybridkv {
 
+// One cache group's share of an iteration. Bytes are whole slots (what a copy moves).
+struct GroupIterationStats {
+  uint64_t reused_blocks = 0;   // tree pages new caches took at create (SSM: snapshots)
+  uint64_t new_blocks = 0;      // fresh pages
+  uint64_t evicted_blocks = 0;  // DROPPABLE tree pages dropped on the last tier
+  uint64_t onboarded_blocks = 0;
+  uint64_t onboarded_bytes = 0;
+  uint64_t offloaded_blocks = 0;
+  uint64_t offloaded_bytes = 0;
+  uint64_t device_copy_blocks = 0;  // GPU-to-GPU copies (snapshots, partial tails, private copies)
+  uint64_t device_copy_bytes = 0;
+};
+
 struct IterationStats {
   uint64_t pages_allocated = 0;  // fresh pages given to caches
   uint64_t pages_onboarded = 0;  // moved to the GPU tier
@@ -26,6 +39,7 @@ struct IterationStats {
   uint64_t suspends = 0;
   uint64_t resumes = 0;
   uint64_t refused_resumes = 0;
+  std::vector<GroupIterationStats> groups;  // by cache group id
 };
 
 struct PoolGroupStorage {

@@ -110,6 +110,7 @@ ReuseMatch KvCacheManager::probe_reuse(const ReuseScope& scope, std::span<const 
 void KvCacheManager::clear_reusable_blocks() { core_->clear_reusable_blocks(); }
 std::vector<CacheEvent> KvCacheManager::take_events() { return core_->take_events(); }
 ReuseStats KvCacheManager::reuse_stats() const { return core_->reuse_stats(); }
+ReuseStats KvCacheManager::take_reuse_stats() { return core_->take_reuse_stats(); }
 IterationStats KvCacheManager::take_iteration_stats() { return core_->take_iteration_stats(); }
 StorageStats KvCacheManager::storage_stats() const { return core_->storage_stats(); }
 

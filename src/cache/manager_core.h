@@ -78,6 +78,7 @@ class ManagerCore {
   void clear_reusable_blocks();
   std::vector<CacheEvent> take_events();
   ReuseStats reuse_stats() const;
+  ReuseStats take_reuse_stats();
   IterationStats take_iteration_stats();
   StorageStats storage_stats() const;
   Status shutdown();

@@ -67,9 +67,14 @@ ReuseStats ManagerCore::reuse_stats() const {
   return index_.stats();
 }
 
+ReuseStats ManagerCore::take_reuse_stats() {
+  std::unique_lock lock(mu_);
+  return index_.take_stats();
+}
+
 IterationStats ManagerCore::take_iteration_stats() {
   std::unique_lock lock(mu_);
-  return std::exchange(storage_.stats(), IterationStats{});
+  return storage_.take_stats();
 }
 
 StorageStats ManagerCore::storage_stats() const {

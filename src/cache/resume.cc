@@ -194,6 +194,7 @@ void ManagerCore::attach_match(CacheRecord& rec, const prefix::MatchPlan& mp) {
   auto take = [&](PageId page) {
     storage_.add_ref(page, Ref::kSuspended);
     index_.record_served(page);
+    ++storage_.stats().groups[storage_.page(page).group.value].reused_blocks;
   };
   for (const CacheGroup& g : plan_.cache_groups()) {
     GroupState& gs = rec.groups[g.id.value];

@@ -41,6 +41,8 @@ class Matcher {
   uint64_t snapshot_limit(const CacheGroup& g, uint64_t L) const;
   uint64_t fixed_point(uint64_t L, bool with_ssm) const;
   void report_groups(uint64_t backed_off);
+  std::vector<std::pair<uint64_t, uint64_t>> coverage_ranges(const CacheGroup& g,
+                                                             uint64_t end) const;
 
   const StoragePlan& plan_;
   const RadixTree& tree_;
@@ -224,7 +226,22 @@ void Matcher::report_groups(uint64_t backed_off) {
       r.endpoint = r.coverage = L;
       r.complete = attention_limit(g, reused) == reused;
     }
+    r.ranges = coverage_ranges(g, g.kind == GroupKind::kSsm ? r.endpoint : r.coverage);
   }
+}
+
+// What a match ending at `end` supplies for one group, as token ranges (GroupReuse::ranges).
+std::vector<std::pair<uint64_t, uint64_t>> Matcher::coverage_ranges(const CacheGroup& g,
+                                                                    uint64_t end) const {
+  if (end == 0) return {};
+  if (!g.window) return {{0, end}};
+  const uint64_t live = g.first_live_block(end, tpb_) * tpb_;
+  const uint64_t sinks = std::min<uint64_t>(g.sink_blocks * tpb_, end);
+  if (sinks >= live) return {{0, end}};
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  if (sinks > 0) out.push_back({0, sinks});
+  out.push_back({live, end});
+  return out;
 }
 
 }  // namespace

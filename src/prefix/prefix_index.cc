@@ -101,6 +101,8 @@ void PrefixIndex::publish(NodeId node, CacheGroupId group, PageId page, uint32_t
   np.page = page;
   np.coverage = coverage;
   storage_.set_owner(page, node.value);
+  if (plan_.cache_group(group).kind == GroupKind::kSsm)
+    ++stats_.groups[group.value].snapshots_stored;
   emit(CacheEventKind::kStored, node, group);
 }
 
@@ -176,6 +178,18 @@ ReuseStats PrefixIndex::stats() const {
   return out;
 }
 
+void PrefixIndex::note_removed(CacheGroupId group) {
+  if (plan_.cache_group(group).kind == GroupKind::kSsm)
+    ++stats_.groups[group.value].snapshots_removed;
+}
+
+ReuseStats PrefixIndex::take_stats() {
+  ReuseStats out = stats();
+  for (GroupReuseStats& g : stats_.groups) g = GroupReuseStats{};
+  stats_.pages_served_by_tier = {};
+  return out;
+}
+
 std::vector<CacheEvent> PrefixIndex::take_events() { return std::exchange(events_, {}); }
 
 void PrefixIndex::emit(CacheEventKind kind, NodeId node, CacheGroupId group) {
@@ -199,6 +213,7 @@ void PrefixIndex::unpublish(NodeId node, CacheGroupId group) {
   NodePage& np = tree_.pages(node)[group.value];
   if (np.page == kNoPage) return;
   emit(CacheEventKind::kRemoved, node, group);
+  note_removed(group);
   const PageId pid = np.page;
   np = NodePage{};
   storage_.clear_owner(pid);
@@ -210,6 +225,7 @@ void PrefixIndex::on_page_dropped(PageId page, storage::OwnerTag owner, CacheGro
   HKV_CHECK(tree_.pages(node)[group.value].page == page, "dropped page %u is not in the tree",
             page.value);
   emit(CacheEventKind::kRemoved, node, group);
+  note_removed(group);
   tree_.pages(node)[group.value] = NodePage{};
   tree_.prune(node);
 }

@@ -95,6 +95,8 @@ class PrefixIndex final : public storage::PageObserver {
   // Unlinks every page (pages held by caches stay with them).
   void clear();
   ReuseStats stats() const;
+  // stats(), then the counters start again from zero (tree_blocks is a level, not a counter).
+  ReuseStats take_stats();
   std::vector<CacheEvent> take_events();
   const RadixTree& tree() const { return tree_; }
   // Every node is indexed by its key and holds pages that point back to it; coverage never
@@ -107,6 +109,7 @@ class PrefixIndex final : public storage::PageObserver {
 
  private:
   void emit(CacheEventKind kind, NodeId node, CacheGroupId group);
+  void note_removed(CacheGroupId group);  // snapshot statistics
   void unpublish(NodeId node, CacheGroupId group);
 
   const StoragePlan& plan_;

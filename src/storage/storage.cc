@@ -11,6 +11,7 @@ namespace hybridkv::storage {
 
 Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
     : plan_(plan), backend_(backend) {
+  stats_.groups.resize(plan_.cache_groups().size());
   for (const TierPlan& t : plan_.tiers()) {
     Tier tier{t.kind, {}};
     tier.pools.reserve(plan_.pool_groups().size());
@@ -111,6 +112,7 @@ PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority) {
     if (s.tier == tier && s.pg == pg && s.slot == slot) pending_pages_.push_back(id);
   }
   ++stats_.pages_allocated;
+  ++stats_.groups[group.value].new_blocks;
   return id;
 }
 
@@ -196,12 +198,17 @@ void Storage::move(PageId id, TierIndex dst_tier) {
   }
   pending_.push_back({p.pool_group, p.tier, p.slot.value, tier_kind(dst_tier), dst_slot.value});
   const uint64_t bytes = plan_.pool_group(p.pool_group).slot_bytes;
+  GroupIterationStats& gs = stats_.groups[p.group.value];
   if (dst_tier < src_tier) {
     ++stats_.pages_onboarded;
     stats_.bytes_onboarded += bytes;
+    ++gs.onboarded_blocks;
+    gs.onboarded_bytes += bytes;
   } else {
     ++stats_.pages_offloaded;
     stats_.bytes_offloaded += bytes;
+    ++gs.offloaded_blocks;
+    gs.offloaded_bytes += bytes;
   }
   // The source slot is free once this batch has read it.
   give_slot(src_tier, p.pool_group, p.slot, p.ready);
@@ -220,6 +227,12 @@ void Storage::move(PageId id, TierIndex dst_tier) {
   }
 }
 
+IterationStats Storage::take_stats() {
+  IterationStats fresh;
+  fresh.groups.resize(plan_.cache_groups().size());
+  return std::exchange(stats_, std::move(fresh));
+}
+
 void Storage::copy_page(PageId src, PageId dst) {
   const Page& s = page(src);
   const Page& d = page(dst);
@@ -230,6 +243,8 @@ void Storage::copy_page(PageId src, PageId dst) {
   pending_pages_.push_back(dst);
   pending_pages_.push_back(src);
   ++stats_.device_copies;
+  ++stats_.groups[s.group.value].device_copy_blocks;
+  stats_.groups[s.group.value].device_copy_bytes += plan_.pool_group(s.pool_group).slot_bytes;
 }
 
 void Storage::pin(PageId id) {
@@ -266,6 +281,7 @@ void Storage::drop(PageId id) {
   HKV_CHECK(p.state() == PageState::kDroppable, "page %u dropped while not DROPPABLE", id.value);
   if (observer_ != nullptr) observer_->on_page_dropped(id, p.owner, p.group);
   ++stats_.pages_dropped;
+  ++stats_.groups[p.group.value].evicted_blocks;
   p.owner = kNoOwner;
   refresh(id);
 }

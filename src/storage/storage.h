@@ -94,6 +94,8 @@ class Storage {
   const Page& page(PageId id) const { return pages_[id.value]; }
   size_t page_capacity() const { return pages_.size(); }
   IterationStats& stats() { return stats_; }
+  // The counters since the last take, then zero (per-group entries kept, one per cache group).
+  IterationStats take_stats();
 
   // Slot ownership is exclusive, free lists and pages agree, queues hold exactly the evictable
   // unpinned pages in (priority, LRU) order. Empty string = fine; else the first broken one.

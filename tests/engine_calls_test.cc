@@ -208,5 +208,111 @@ TEST(EngineCallsSinks, WindowCoverageKeepsItsSinkBlocksApart) {
   EXPECT_EQ(match.groups[0].ranges, (Ranges{{0, 16}, {128, 160}}));
 }
 
+std::vector<int32_t> table_of(const KvCache& cache, CacheGroupId group) {
+  const std::span<const int32_t> t = *cache.block_table(group);
+  return {t.begin(), t.end()};
+}
+
+uint64_t attention_slots(const KvCacheManager& m) {
+  return m.storage_stats().tiers[0].pool_groups[kAttentionPool.value].total_slots;
+}
+
+TEST_F(EngineCalls, RuntimeQuotaGrowsWithinTheReservedSlots) {
+  LifecycleModel model;
+  model.gpu_max_quota = 4ull << 20;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  EXPECT_EQ(*m->quota(TierKind::kGpu), 2ull << 20);
+  EXPECT_EQ(m->quota(TierKind::kDisk).status().code(), StatusCode::kNotFound);
+  const std::vector<uint64_t> at4 =
+      *estimate_slots(testing::lifecycle_config(model), TierKind::kGpu, 4ull << 20);
+  const uint64_t before = attention_slots(*m);
+  ASSERT_OK(m->set_quota(TierKind::kGpu, 4ull << 20));
+  EXPECT_EQ(*m->quota(TierKind::kGpu), 4ull << 20);
+  const StorageStats grown = m->storage_stats();
+  for (const PoolGroupStorage& pg : grown.tiers[0].pool_groups)
+    EXPECT_EQ(pg.total_slots, at4[pg.pool_group.value]) << pg.pool_group.value;
+  EXPECT_GT(attention_slots(*m), before);
+  // A request larger than the old quota's attention pool computes and reads back every byte.
+  Request a = make_request(*m, random_tokens(rng_, 9000), 9000);
+  ASSERT_OK(a.cache->resume({}));
+  const uint64_t tokens = (before / 2 + 10) * 16;  // full and window pages, at history 0
+  ASSERT_OK(advance(engine, a, tokens));
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
+  // Beyond the reservation: refused, nothing changes.
+  const Status beyond = m->set_quota(TierKind::kGpu, 8ull << 20);
+  EXPECT_EQ(beyond.code(), StatusCode::kRefused) << beyond.to_string();
+  EXPECT_NE(beyond.message().find("max_quota_bytes"), std::string::npos);
+  EXPECT_EQ(*m->quota(TierKind::kGpu), 4ull << 20);
+  // Below the GPU floors: refused.
+  EXPECT_EQ(m->set_quota(TierKind::kGpu, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
+TEST_F(EngineCalls, RuntimeQuotaShrinkEvictsDemotesAndMovesPagesKeepingEveryByte) {
+  LifecycleModel model;
+  model.gpu_quota = 4ull << 20;
+  model.host_quota = 8ull << 20;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  // X takes the low slots; A (committed, closed: DROPPABLE), B (SUSPENDED: HELD) and C (ACTIVE:
+  // LOCKED) come above it; X closes, so C's pages sit high in the pool.
+  Request x = make_request(*m, random_tokens(rng_, 4000), 4000);
+  ASSERT_OK(x.cache->resume({}));
+  ASSERT_OK(advance(engine, x, 3000));
+  Request a = make_request(*m, random_tokens(rng_, 200), 200);
+  ASSERT_OK(testing::resume_compute_commit(engine, a, 160));
+  ASSERT_OK(a.cache->close());
+  Request b = make_request(*m, random_tokens(rng_, 200), 200);
+  ASSERT_OK(b.cache->resume({}));
+  ASSERT_OK(advance(engine, b, 160));
+  ASSERT_OK(b.cache->suspend());
+  Request c = make_request(*m, random_tokens(rng_, 300), 300);
+  ASSERT_OK(c.cache->resume({}));
+  ASSERT_OK(advance(engine, c, 200));
+  ASSERT_OK(x.cache->close());
+  const std::vector<int32_t> c_table = table_of(*c.cache, kFull);
+  // Down to 2 MiB: the attention pool shrinks below C's slots.
+  const std::vector<uint64_t> at2 =
+      *estimate_slots(testing::lifecycle_config(model), TierKind::kGpu, 2ull << 20);
+  ASSERT_LT(at2[kAttentionPool.value], static_cast<uint64_t>(c_table.back()) + 1);
+  ASSERT_OK(m->set_quota(TierKind::kGpu, 2ull << 20));
+  const StorageStats shrunk = m->storage_stats();
+  for (const PoolGroupStorage& pg : shrunk.tiers[0].pool_groups)
+    EXPECT_EQ(pg.total_slots, at2[pg.pool_group.value]) << pg.pool_group.value;
+  // C's pages moved into low slots; its table follows and its bytes came along.
+  const std::vector<int32_t> moved = table_of(*c.cache, kFull);
+  EXPECT_NE(moved, c_table);
+  for (int32_t slot : moved) {
+    if (slot != kBadPageIndex) {
+      EXPECT_LT(static_cast<uint64_t>(slot), at2[kAttentionPool.value]);
+    }
+  }
+  ASSERT_OK(engine.verify(*c.cache, c.fake));
+  ASSERT_OK(c.cache->close());
+  ASSERT_OK(b.cache->resume({}));
+  ASSERT_OK(engine.verify(*b.cache, b.fake));
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
+TEST_F(EngineCalls, RuntimeQuotaShrinkIsRefusedWhenLockedPagesAloneExceedIt) {
+  LifecycleModel model;
+  model.gpu_quota = 4ull << 20;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  const std::vector<uint64_t> at2 =
+      *estimate_slots(testing::lifecycle_config(model), TierKind::kGpu, 2ull << 20);
+  Request a = make_request(*m, random_tokens(rng_, 9000), 9000);
+  ASSERT_OK(a.cache->resume({}));
+  // LOCKED attention pages: two per 16 tokens at history 0, ten more than 2 MiB has slots.
+  ASSERT_OK(a.cache->resize((at2[kAttentionPool.value] / 2 + 5) * 16, 0));
+  const std::string before = testing::debug_snapshot(*m);
+  const Status s = m->set_quota(TierKind::kGpu, 2ull << 20);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+  EXPECT_NE(s.message().find("LOCKED"), std::string::npos) << s.message();
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
+  EXPECT_EQ(*m->quota(TierKind::kGpu), 4ull << 20);
+}
+
 }  // namespace
 }  // namespace hybridkv

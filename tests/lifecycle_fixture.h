@@ -31,6 +31,7 @@ struct LifecycleModel {
   uint32_t window = 48;
   uint64_t gpu_quota = 2ull << 20;
   uint64_t host_quota = 4ull << 20;
+  uint64_t gpu_max_quota = 0;  // TierConfig::max_quota_bytes of the GPU tier
   bool private_replay = true;
   std::optional<uint32_t> max_live;
   std::optional<std::vector<double>> pool_ratio;
@@ -69,6 +70,7 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   c.record_events = m.record_events;
   c.enable_block_reuse = m.block_reuse;
   c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
+  c.tiers.back().max_quota_bytes = m.gpu_max_quota;
   if (m.host_quota) c.tiers.push_back({TierKind::kHost, m.host_quota, ""});
   c.max_live_kv_caches = m.max_live;
   c.pool_ratio = m.pool_ratio;

@@ -69,6 +69,9 @@ struct TierConfig {
   TierKind kind = TierKind::kGpu;
   uint64_t quota_bytes = 0;
   std::string path;  // DISK only: the directory that holds the tier's files
+  // The most KvCacheManager::set_quota may grow this tier to (0: quota_bytes). The backend
+  // reserves the pools for it at construction (host memory is touched only when used).
+  uint64_t max_quota_bytes = 0;
 };
 
 // One request of a batch shape: `capacity` tokens of KV in use after the step, of which

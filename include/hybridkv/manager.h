@@ -69,6 +69,17 @@ class KvCacheManager {
   // min(max_seq_len, the longest sequence that `batch_size` requests can each have while they
   // are ACTIVE together); 0 when such a batch does not fit at all. Refused for batch_size 0.
   Result<uint64_t> clamp_max_seq_len(uint64_t batch_size, uint64_t max_seq_len) const;
+  // The quota in force on a tier (the configured one until set_quota changes it); kNotFound
+  // for a tier that is not configured.
+  Result<uint64_t> quota(TierKind tier) const;
+  // Changes a tier's quota while caches live; the pool groups' slots follow the plan's split at
+  // the new quota (estimate_slots). Shrinking drops or demotes DROPPABLE pages, then demotes HELD
+  // ones, and moves the pages left above the new end into free slots (ACTIVE caches' tables
+  // follow; wait for their ready_event()). Refused, changing nothing: below the GPU floors
+  // (kInvalidArgument), beyond the slots reserved for max_quota_bytes (kRefused), LOCKED pages
+  // alone exceeding a pool group's new slots (kFailedPrecondition), HELD pages with nowhere to
+  // go (kOutOfPages). plan() keeps describing the quotas the manager was built with.
+  [[nodiscard]] Status set_quota(TierKind tier, uint64_t quota_bytes);
   // Refused (kFailedPrecondition) while caches are open.
   [[nodiscard]] Status shutdown();
 

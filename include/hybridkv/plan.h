@@ -119,7 +119,11 @@ struct TierPlan {
   uint64_t quota = 0;            // requested rounded up to the grain, raised to the minimum
   bool quota_raised = false;     // GPU only: the floors did not fit in the requested quota
   std::vector<uint64_t> slots;   // per pool group id
-  uint64_t bytes_used = 0;       // sum of slots * slot_bytes
+  // Per pool group: the slots the backend allocates, the most any quota up to the tier's
+  // max_quota_bytes gives (= slots without max_quota_bytes). KvCacheManager::set_quota moves
+  // the slot counts within them.
+  std::vector<uint64_t> reserved_slots;
+  uint64_t bytes_used = 0;  // sum of slots * slot_bytes
   // quota - bytes_used: fewer bytes than one slot of the smallest pool group that the ratio
   // splits (rounding leftovers go to the pool groups furthest below their share).
   uint64_t unassigned_bytes = 0;
@@ -172,7 +176,8 @@ class StoragePlan {
   // passes through. Requires: out.size() == slots.size().
   Status convert_page_indices(LayerId layer, std::string_view role, IndexMode mode,
                               std::span<const int32_t> slots, std::span<int32_t> out) const;
-  // One past the largest page index the buffer can have on `tier` (slots * scale).
+  // One past the largest page index the buffer can have on `tier` (reserved slots * scale: the
+  // bound holds at any runtime quota).
   Result<int64_t> page_index_upper_bound(LayerId layer, std::string_view role, TierKind tier) const;
 
   // Slots of a pool group on a tier; 0 when the tier is not configured.

@@ -111,6 +111,10 @@ void KvCacheManager::clear_reusable_blocks() { core_->clear_reusable_blocks(); }
 std::vector<CacheEvent> KvCacheManager::take_events() { return core_->take_events(); }
 ReuseStats KvCacheManager::reuse_stats() const { return core_->reuse_stats(); }
 ReuseStats KvCacheManager::take_reuse_stats() { return core_->take_reuse_stats(); }
+Result<uint64_t> KvCacheManager::quota(TierKind tier) const { return core_->quota(tier); }
+Status KvCacheManager::set_quota(TierKind tier, uint64_t quota_bytes) {
+  return core_->set_quota(tier, quota_bytes);
+}
 IterationStats KvCacheManager::take_iteration_stats() { return core_->take_iteration_stats(); }
 StorageStats KvCacheManager::storage_stats() const { return core_->storage_stats(); }
 

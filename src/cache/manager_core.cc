@@ -16,7 +16,9 @@ ManagerCore::ManagerCore(StoragePlan p, std::unique_ptr<memory::MemoryBackend> b
     : plan_(std::move(p)),
       backend_(std::move(b)),
       storage_(plan_, backend_.get()),
-      index_(plan_, storage_) {}
+      index_(plan_, storage_) {
+  for (const TierPlan& t : plan_.tiers()) quotas_.push_back(t.quota);
+}
 
 Status ManagerCore::expect_state(uint32_t id, CacheState want, const char* op) const {
   const CacheRecord& rec = caches_[id];

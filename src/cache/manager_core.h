@@ -80,6 +80,9 @@ class ManagerCore {
   ReuseStats reuse_stats() const;
   ReuseStats take_reuse_stats();
   IterationStats take_iteration_stats();
+  // quota.cc
+  Result<uint64_t> quota(TierKind kind) const;
+  Status set_quota(TierKind kind, uint64_t bytes);
   StorageStats storage_stats() const;
   Status shutdown();
 
@@ -138,6 +141,8 @@ class ManagerCore {
   PageId private_copy(const CacheGroup& g, PageId src);
   void record_lookup(const CacheRecord& rec, bool optional_only);
 
+  Result<std::vector<uint64_t>> quota_slots(storage::TierIndex tier, uint64_t bytes) const;
+
   // resize.cc
   Status check_index_buffers(uint32_t id, uint64_t capacity) const;
   void release_block(CacheRecord& rec, CacheGroupId group, uint64_t block);
@@ -170,6 +175,7 @@ class ManagerCore {
   // not to a cache: a plan outlives the cache that made it.
   std::unordered_map<uint64_t, std::vector<std::pair<prefix::NodeId, CacheGroupId>>> drops_;
   uint64_t next_drop_ = 1;
+  std::vector<uint64_t> quotas_;  // per tier: the quota in force (set_quota changes it)
   mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
 };
 

@@ -74,7 +74,7 @@ class HostBackend final : public MemoryBackend {
     for (const TierPlan& tier : plan.tiers()) {
       for (const PoolGroup& pg : plan.pool_groups()) {
         for (uint32_t p = 0; p < pg.pools.size(); ++p) {
-          const uint64_t bytes = tier.slots[pg.id.value] * pg.pools[p].slot_bytes;
+          const uint64_t bytes = tier.reserved_slots[pg.id.value] * pg.pools[p].slot_bytes;
           Region region;
           region.slot_bytes = pg.pools[p].slot_bytes;
           // calloc: large blocks come zeroed from the kernel and are touched only when used, so

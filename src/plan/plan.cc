@@ -44,6 +44,15 @@ Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
       tier.bytes_used += tier.slots[pg.id.value] * pg.slot_bytes;
     }
     tier.unassigned_bytes = tier.quota > tier.bytes_used ? tier.quota - tier.bytes_used : 0;
+    tier.reserved_slots = tier.slots;
+    if (t.max_quota_bytes > tier.quota) {
+      const std::vector<uint64_t> most =
+          plan_detail::split_tier(config, view, t.kind,
+                                  plan_detail::round_to_grain(t.kind, t.max_quota_bytes))
+              .slots;
+      for (size_t i = 0; i < most.size(); ++i)
+        tier.reserved_slots[i] = std::max(tier.reserved_slots[i], most[i]);
+    }
     plan.tiers_.push_back(std::move(tier));
   }
   return plan;
@@ -146,7 +155,9 @@ Result<int64_t> StoragePlan::page_index_upper_bound(LayerId layer, std::string_v
                                                     TierKind kind) const {
   Result<BufferAddress> a = buffer_address(layer, role, IndexMode::kShared);
   if (!a) return a.status();
-  return static_cast<int64_t>(slots(kind, a->pool_group)) * a->scale;
+  const TierPlan* t = tier(kind);
+  const uint64_t reserved = t == nullptr ? 0 : t->reserved_slots[a->pool_group.value];
+  return static_cast<int64_t>(reserved) * a->scale;
 }
 
 const TierPlan* StoragePlan::tier(TierKind kind) const {

@@ -136,6 +136,14 @@ void check_tiers(const ManagerConfig& c, Errors& errors) {
       errors.add(at, ": tiers must be ordered GPU, HOST, DISK");
     }
     if (t.quota_bytes == 0) errors.add(at, ": quota_bytes 0 must be > 0");
+    if (t.max_quota_bytes != 0 && t.max_quota_bytes < t.quota_bytes) {
+      errors.add(at, ": max_quota_bytes ", t.max_quota_bytes, " is below quota_bytes ",
+                 t.quota_bytes);
+    }
+    if (t.max_quota_bytes > plan_detail::kMaxQuotaBytes) {
+      errors.add(at, ": max_quota_bytes ", t.max_quota_bytes, " exceeds ",
+                 plan_detail::kMaxQuotaBytes);
+    }
     if (t.quota_bytes > plan_detail::kMaxQuotaBytes) {
       errors.add(at, ": quota_bytes ", t.quota_bytes, " exceeds ", plan_detail::kMaxQuotaBytes);
     }

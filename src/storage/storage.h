@@ -85,6 +85,11 @@ class Storage {
   // --- bytes ---
   // Moves a page to another tier. Requires: a free slot there; the page is not LOCKED.
   void move(PageId id, TierIndex dst_tier);
+  // Changes a pool's slot count on a tier (runtime quotas). Growing adds slots (used last);
+  // shrinking moves every page above the new end into a free slot below it (a copy within the
+  // tier) and retires the rest. Requires: at most `total` pages in the pool. Returns the copies'
+  // event (flushed).
+  CopyEvent resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total);
   // Queues a GPU-to-GPU copy of src's slot into dst's slot (snapshots, partial tails). dst
   // becomes ready when the copy completes; src may not be overwritten before then.
   void copy_page(PageId src, PageId dst);
@@ -108,6 +113,7 @@ class Storage {
     uint64_t total = 0;
     std::vector<SlotId> free;         // stack; lowest slot on top at start
     std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
+    CopyEvent retired;                // the last copy that touched a slot since retired
     EvictionQueue held;
     EvictionQueue droppable;
     explicit PoolSlots(std::vector<Page>* pages)

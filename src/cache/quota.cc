@@ -1,0 +1,99 @@
+// Runtime quotas (issue 11 item 13): a tier's quota is read and changed while caches live.
+// Shrinking makes room as any allocation would (DROPPABLE pages dropped or demoted first, then
+// HELD pages demoted), moves what is left above the new end into the slots below it, and is
+// refused, changing nothing, when LOCKED pages alone (or pages that cannot leave the tier)
+// exceed the new slot count. Growing stops at the slots the backend reserved.
+#include "cache/manager_core.h"
+#include "hybridkv/units.h"
+
+namespace hybridkv::cache_detail {
+
+namespace {
+
+std::optional<storage::TierIndex> tier_index(const StoragePlan& plan, TierKind kind) {
+  for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
+    if (plan.tiers()[t].kind == kind) return storage::TierIndex(t);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<uint64_t> ManagerCore::quota(TierKind kind) const {
+  std::shared_lock lock(mu_);
+  const std::optional<storage::TierIndex> t = tier_index(plan_, kind);
+  if (!t)
+    return Status::not_found(std::string("no ") + tier_kind_name(kind) + " tier is configured");
+  return quotas_[t->value];
+}
+
+// The new slot counts of every pool group, or why the quota cannot be taken (nothing changed).
+Result<std::vector<uint64_t>> ManagerCore::quota_slots(storage::TierIndex t, uint64_t bytes) const {
+  const TierPlan& tp = plan_.tiers()[t.value];
+  const std::string what =
+      std::string("set_quota(") + tier_kind_name(tp.kind) + ", " + format_bytes(bytes) + ")";
+  if (tp.kind == TierKind::kGpu) {
+    const uint64_t minimum = *minimum_gpu_quota(plan_.config());
+    if (bytes < minimum) {
+      return Status::invalid(what + ": below the GPU floors of this plan (" +
+                             format_bytes(minimum) + ")");
+    }
+  }
+  Result<std::vector<uint64_t>> want = estimate_slots(plan_.config(), tp.kind, bytes);
+  if (!want) return Status::invalid(what + ": " + want.status().message());
+  for (const PoolGroup& pg : plan_.pool_groups()) {
+    const uint64_t n = (*want)[pg.id.value], reserved = tp.reserved_slots[pg.id.value];
+    const std::string where = what + ": pool group " + std::to_string(pg.id.value) + " needs " +
+                              std::to_string(n) + " slots";
+    if (n > reserved) {
+      return Status(StatusCode::kRefused, where + "; the backend reserved " +
+                                                 std::to_string(reserved) +
+                                                 " (raise the tier's max_quota_bytes)");
+    }
+    const storage::Storage::SlotCounts c = storage_.counts(t, pg.id);
+    if (n >= c.total) continue;
+    const uint64_t locked = c.total - c.free - c.evictable;
+    if (locked > n) {
+      return Status(StatusCode::kFailedPrecondition,
+                    where + ", but " + std::to_string(locked) + " of its pages are LOCKED");
+    }
+    const uint64_t room = storage_.max_room(t, pg.id, storage_.empty_exclusions());
+    if (room < c.total - n) {
+      return Status(StatusCode::kOutOfPages, where + ", but only " + std::to_string(room) +
+                                                 " of its " + std::to_string(c.total) +
+                                                 " slots can be freed (HELD pages have no " +
+                                                 "colder tier with room)");
+    }
+  }
+  return want;
+}
+
+Status ManagerCore::set_quota(TierKind kind, uint64_t bytes) {
+  std::unique_lock lock(mu_);
+  const std::optional<storage::TierIndex> t = tier_index(plan_, kind);
+  if (!t)
+    return Status::not_found(std::string("no ") + tier_kind_name(kind) + " tier is configured");
+  Result<std::vector<uint64_t>> want = quota_slots(*t, bytes);
+  if (!want) return want.status();
+  // Nothing can fail from here on.
+  CopyEvent moved;
+  for (const PoolGroup& pg : plan_.pool_groups()) {
+    const uint64_t n = (*want)[pg.id.value];
+    const storage::Storage::SlotCounts c = storage_.counts(*t, pg.id);
+    if (n < c.total && c.free < c.total - n) storage_.make_room(*t, pg.id, c.total - n);
+    const CopyEvent e = storage_.resize_pool(*t, pg.id, n);
+    if (e.ticket > moved.ticket) moved = e;
+  }
+  quotas_[t->value] = bytes;
+  // Pages of ACTIVE caches may sit in other slots now: their tables follow, and the kernels
+  // wait for the copies.
+  for (CacheRecord& rec : caches_) {
+    if (!rec.in_use || !rec.active()) continue;
+    rec.note_ready(moved);
+    rebuild_tables(rec);
+  }
+  after_mutation();
+  return Status::ok();
+}
+
+}  // namespace hybridkv::cache_detail

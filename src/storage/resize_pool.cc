@@ -1,0 +1,49 @@
+// Runtime quotas: a pool's slot count changes while pages live (KvCacheManager::set_quota).
+#include <algorithm>
+
+#include "storage/storage.h"
+#include "util/check.h"
+
+namespace hybridkv::storage {
+
+CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
+  PoolSlots& s = slots(tier, pg);
+  if (total >= s.total) {
+    // New slots wait for whatever last touched them before they were retired.
+    s.last_use.resize(total, s.retired);
+    for (uint64_t i = s.total; i < total; ++i)
+      s.free.insert(s.free.begin(), SlotId(static_cast<uint32_t>(i)));
+    s.total = total;
+    return {};
+  }
+  HKV_CHECK(s.total - s.free.size() <= total, "resize_pool: %llu pages do not fit in %llu slots",
+            static_cast<unsigned long long>(s.total - s.free.size()),
+            static_cast<unsigned long long>(total));
+  // Copies already queued (an offload into a slot about to move) run in an earlier batch.
+  flush();
+  std::erase_if(s.free, [&](SlotId f) { return f.value >= total; });
+  for (uint32_t i = 0; i < pages_.size(); ++i) {
+    Page& p = pages_[i];
+    if (!p.live || p.tier_index != tier || p.pool_group != pg || p.slot.value < total) continue;
+    const SlotId dst = take_slot(tier, pg);
+    pending_.push_back({pg, p.tier, p.slot.value, p.tier, dst.value});
+    pending_slots_.push_back({tier, pg, p.slot});  // the retired slot is read by this batch
+    p.slot = dst;
+    pending_pages_.push_back(PageId(i));
+    if (p.tier == TierKind::kGpu) {
+      ++stats_.device_copies;
+      ++stats_.groups[p.group.value].device_copy_blocks;
+      stats_.groups[p.group.value].device_copy_bytes += plan_.pool_group(pg).slot_bytes;
+    }
+    notify_updated(PageId(i));
+  }
+  const CopyEvent event = flush();
+  for (uint64_t i = total; i < s.total; ++i) {
+    if (s.last_use[i].ticket > s.retired.ticket) s.retired = s.last_use[i];
+  }
+  s.last_use.resize(total);
+  s.total = total;
+  return event;
+}
+
+}  // namespace hybridkv::storage

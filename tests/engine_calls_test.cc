@@ -196,7 +196,7 @@ TEST(EngineCallsSinks, WindowCoverageKeepsItsSinkBlocksApart) {
   c.enable_partial_reuse = true;
   auto m = std::move(KvCacheManager::create(c, {BackendKind::kNone})).value();
   const std::vector<int32_t> tokens = random_tokens(rng, 200);
-  auto a = std::move(m->create_kv_cache({{}, tokens, 1, {}})).value();
+  auto a = std::move(m->create_kv_cache({{}, tokens, 1, {}, {}})).value();
   ASSERT_OK(a->resume({}));
   ASSERT_OK(a->resize(160, 0));
   ASSERT_OK(a->resize(160, 160));

@@ -41,6 +41,8 @@ struct LifecycleModel {
   uint32_t backoff = 0;
   bool record_events = false;
   bool block_reuse = true;
+  bool swa_scratch = false;  // ManagerConfig::swa_scratch_reuse
+  int64_t max_rewind_len = 0;
 };
 
 inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
@@ -69,6 +71,8 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   c.reuse_match_backoff = m.backoff;
   c.record_events = m.record_events;
   c.enable_block_reuse = m.block_reuse;
+  c.swa_scratch_reuse = m.swa_scratch;
+  c.max_rewind_len = m.max_rewind_len;
   c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
   c.tiers.back().max_quota_bytes = m.gpu_max_quota;
   if (m.host_quota) c.tiers.push_back({TierKind::kHost, m.host_quota, ""});

@@ -35,7 +35,7 @@ std::vector<int32_t> slots_of(const KvCache& cache) {
 
 struct Counters {
   uint64_t ops = 0, steps = 0, suspends = 0, resumes = 0, refused = 0, closes = 0, shrinks = 0,
-           failed_resizes = 0, resumed_elsewhere = 0, state_only_steps = 0;
+           failed_resizes = 0, resumed_elsewhere = 0, state_only_steps = 0, scratch_blocks = 0;
 };
 
 void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counters& n) {
@@ -118,6 +118,14 @@ void run(uint64_t seed, const LifecycleModel& model, uint64_t operations, Counte
       const Status step = engine.step(*r.cache, r.fake, upto);
       ASSERT_TRUE(step.is_ok()) << where << " op " << n.ops << ": " << step.message();
       ++n.steps;
+      if (model.swa_scratch) {
+        // Scratch KV lives only during its step: the engine settles the step's end (as its
+        // next resize would) before anything else, so a suspend cannot lose it.
+        const uint64_t scratch_blocks = r.cache->scratch(CacheGroupId(3))->num_blocks;
+        n.scratch_blocks += scratch_blocks;
+        ASSERT_TRUE(r.cache->resize(upto, upto).is_ok()) << where << " op " << n.ops;
+        ASSERT_EQ(r.cache->scratch(CacheGroupId(3))->num_blocks, 0u) << "released";
+      }
     } else if (dice < 80) {
       r.slots_at_suspend = slots_of(*r.cache);
       ASSERT_TRUE(r.cache->suspend().is_ok());
@@ -177,6 +185,28 @@ TEST(Randomized, SchedulerUnderPressureKeepsEveryPageIntact) {
   EXPECT_GT(n.resumed_elsewhere, 0u);
   EXPECT_GT(n.failed_resizes, 0u);
   EXPECT_GT(n.state_only_steps, 0u);
+}
+
+// The same scheduler with SWA scratch on: long chunks map the window blocks that go stale
+// within the step onto scratch slots; every page that outlives a step is checked as before.
+TEST(Randomized, SchedulerWithSwaScratchKeepsEveryPageIntact) {
+  const uint64_t seed = seed_from_env();
+  std::printf("seed %llu (replay with HKV_SEED=%llu)\n", static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(seed));
+  Counters n;
+  LifecycleModel model;
+  model.host_quota = 1ull << 20;
+  model.pool_ratio = std::vector<double>{1.0, 0.05, 0.5};
+  model.swa_scratch = true;
+  model.max_rewind_len = 8;
+  run(seed, model, kOperations, n);
+  std::printf(
+      "ops %llu: steps %llu, suspends %llu, resumes %llu, refused %llu, scratch blocks %llu\n",
+      (unsigned long long)n.ops, (unsigned long long)n.steps, (unsigned long long)n.suspends,
+      (unsigned long long)n.resumes, (unsigned long long)n.refused,
+      (unsigned long long)n.scratch_blocks);
+  EXPECT_GT(n.steps, 0u);
+  EXPECT_GT(n.scratch_blocks, 0u);
 }
 
 }  // namespace

@@ -107,6 +107,15 @@ struct ManagerConfig {
   BlockHash block_hash = BlockHash::kSha256;  // block keys of the prefix tree
   bool record_events = false;  // keep tree events (stored / removed / updated) for take_events()
 
+  // --- sliding-window scratch (seeds 002, 004) ---
+  // During a long prefill, window blocks that go stale within the same step get no persistent
+  // page: they map onto a few scratch slots per request, shared by all layers of the group
+  // (KvCache::scratch). A per-request switch (CacheOptions::swa_scratch) when on here.
+  bool swa_scratch_reuse = false;
+  // Tokens at the end of a step that the engine may rewind (rejected speculative drafts): the
+  // blocks they need are never scratch. >= 0 and at most the longest request the GPU holds.
+  int64_t max_rewind_len = 0;
+
   // --- pool sizing (first one set wins: pool_ratio, typical_step, constraints, default batch) ---
   std::optional<std::vector<double>> pool_ratio;  // one byte share per pool group
   std::optional<BatchShape> typical_step;         // the step the pools are shaped for

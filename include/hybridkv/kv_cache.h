@@ -32,6 +32,7 @@
 #include "hybridkv/config.h"
 #include "hybridkv/ids.h"
 #include "hybridkv/memory.h"
+#include "hybridkv/plan.h"
 #include "hybridkv/reuse.h"
 #include "hybridkv/status.h"
 
@@ -114,6 +115,18 @@ class KvCache {
                                           int32_t priority);
   // The last copy the cache's pages depend on.
   CopyEvent ready_event() const;
+
+  // --- SWA scratch (ManagerConfig::swa_scratch_reuse) ---
+  // Turns scratch on or off for this request from the next resize on (on requires the
+  // config's swa_scratch_reuse). While the last step has scratch blocks, the next resize's
+  // history must not rewind below that step's capacity - max_rewind_len (kFailedPrecondition).
+  // Scratch KV lives only during its step: settle the step (the next resize) before suspend();
+  // a cache suspended with scratch blocks keeps its old history and, resumed, gets fresh pages
+  // for those blocks, which the engine must compute again.
+  [[nodiscard]] Status set_swa_scratch(bool on);
+  // The scratch blocks and slots of a window group in the current step (empty when none or not
+  // ACTIVE); give it to StoragePlan::convert_page_indices (kPerLayer) with the block table.
+  Result<ScratchDesc> scratch(CacheGroupId group) const;
 
   // --- Prefix reuse (DESIGN §6) ---
   // What create() matched: reused tokens (the cache starts with that history), depths, groups.

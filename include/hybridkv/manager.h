@@ -33,6 +33,8 @@ struct CacheOptions {
   std::vector<int32_t> input_tokens;       // the prompt (prefix matching uses it)
   uint32_t beam_width = 1;                 // > 1: blocks past the prompt's full blocks are per beam
   std::vector<MultimodalItem> multimodal;  // items whose digests enter the block keys
+  // SWA scratch for this request (unset: ManagerConfig::swa_scratch_reuse); true requires it.
+  std::optional<bool> swa_scratch;
 };
 
 class KvCacheManager {

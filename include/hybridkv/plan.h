@@ -20,11 +20,13 @@
 // Cost: build() is linear in the number of buffers plus a few passes over pool groups.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hybridkv/config.h"
@@ -57,6 +59,27 @@ struct PlannedBuffer {
   uint32_t pool = 0;    // index into the pool group's pools
   uint64_t offset = 0;  // bytes from the start of the pool's slot
   uint64_t size = 0;    // bytes per page
+  // SWA scratch (window groups): this buffer's page within its layer's share of a scratch
+  // block, and the pages that share takes (ScratchPool::pages_per_block).
+  uint32_t scratch_page = 0;
+  uint32_t scratch_pages_per_block = 0;
+};
+
+// One pool of a window group as SWA scratch sees it: a scratch block of ONE layer takes
+// pages_per_block pages of the pool (the most buffers a layer has in it); a slot holds
+// pages_per_slot (the pool's buffers per slot), so a block may cross two scratch slots.
+struct ScratchPool {
+  uint32_t pages_per_block = 0;
+  uint32_t pages_per_slot = 0;
+};
+
+// The scratch slots of one cache for one window group in the current step (KvCache::scratch):
+// blocks [first_block, first_block + num_blocks) report kBadPageIndex in the block table and
+// live, shared by every layer of the group, in these GPU slots.
+struct ScratchDesc {
+  uint64_t first_block = 0;
+  uint64_t num_blocks = 0;
+  std::vector<int32_t> slots;
 };
 
 struct CacheGroup {
@@ -72,6 +95,18 @@ struct CacheGroup {
   // Slots one request needs at worst (unscaled): 1 for full attention and SSM; for a window of
   // w tokens the most blocks w consecutive tokens touch (ceil((w - 1) / tpb) + 1) plus sinks.
   uint64_t one_request_slots = 0;
+  std::vector<ScratchPool> scratch;  // window groups: per pool of the group's slot
+
+  // Scratch slots that `blocks` scratch blocks of one cache take (0 without a window).
+  uint64_t scratch_slots(uint64_t blocks) const {
+    uint64_t slots = 0;
+    for (const ScratchPool& p : scratch) {
+      if (p.pages_per_slot == 0) continue;
+      const uint64_t pages = blocks * p.pages_per_block;
+      slots = std::max<uint64_t>(slots, (pages + p.pages_per_slot - 1) / p.pages_per_slot);
+    }
+    return slots;
+  }
 
   // The first token that a step computing tokens from `history` on reads: a window of w tokens
   // is the current token and the w - 1 before it (the HuggingFace and TensorRT-LLM convention),
@@ -82,6 +117,20 @@ struct CacheGroup {
   }
   uint64_t first_live_block(uint64_t history, uint32_t tokens_per_block) const {
     return first_live_token(history) / tokens_per_block;
+  }
+  // SWA scratch: the blocks [first, second) of a step computing [history, capacity) that are
+  // stale once the step ends (less the last `rewind` tokens, which may be rewound) and start at
+  // or after history: stale(max(0, capacity - rewind)) ∩ [ceil(history / tpb), ceil(capacity /
+  // tpb)), sink blocks excepted. Empty ({b, b}) without a window.
+  std::pair<uint64_t, uint64_t> scratch_blocks(uint64_t capacity, uint64_t history, uint64_t rewind,
+                                               uint32_t tokens_per_block) const {
+    const uint64_t tpb = tokens_per_block;
+    const uint64_t begin = std::max<uint64_t>((history + tpb - 1) / tpb, sink_blocks);
+    if (!window) return {begin, begin};
+    const uint64_t settled = capacity > rewind ? capacity - rewind : 0;
+    const uint64_t end =
+        std::min<uint64_t>(first_live_block(settled, tokens_per_block), (capacity + tpb - 1) / tpb);
+    return {begin, std::max(begin, end)};
   }
   // Is `block` read by a step from `history` on (ignoring capacity)?
   bool block_live(uint64_t block, uint64_t history, uint32_t tokens_per_block) const {
@@ -173,9 +222,14 @@ class StoragePlan {
 
   Result<BufferAddress> buffer_address(LayerId layer, std::string_view role, IndexMode mode) const;
   // Converts slot ids of the buffer's pool group into page indices for `mode`; kBadPageIndex
-  // passes through. Requires: out.size() == slots.size().
+  // passes through. Requires: out.size() == slots.size(). With a scratch descriptor (SWA
+  // scratch, window groups only, kPerLayer only: a SHARED base differs per layer), the blocks
+  // of its range map into its scratch slots: scratch block j's page k of this layer is sub-page
+  // q = j * pages_per_block + k of the slots, index slots[q / scale] * scale + q % scale, so a
+  // layer's pages are distinct while layers share them.
   Status convert_page_indices(LayerId layer, std::string_view role, IndexMode mode,
-                              std::span<const int32_t> slots, std::span<int32_t> out) const;
+                              std::span<const int32_t> slots, std::span<int32_t> out,
+                              const ScratchDesc* scratch = nullptr) const;
   // One past the largest page index the buffer can have on `tier` (reserved slots * scale: the
   // bound holds at any runtime quota).
   Result<int64_t> page_index_upper_bound(LayerId layer, std::string_view role, TierKind tier) const;
@@ -197,6 +251,8 @@ class StoragePlan {
   std::optional<uint64_t> max_request_tokens(uint64_t batch_size) const;
 
  private:
+  Status convert_scratch(LayerId layer, std::string_view role, IndexMode mode,
+                         const ScratchDesc& scratch, std::span<int32_t> out) const;
   ManagerConfig config_;
   std::vector<CacheGroup> groups_;
   std::vector<PoolGroup> pool_groups_;

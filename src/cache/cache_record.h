@@ -14,6 +14,14 @@ namespace hybridkv::cache_detail {
 using storage::kNoPage;
 using storage::PageId;
 
+// Blocks [begin, end).
+struct BlockRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t size() const { return end > begin ? end - begin : 0; }
+  bool contains(uint64_t b) const { return b >= begin && b < end; }
+};
+
 struct GroupState {
   // Attention: pages[block * beam_width + beam]; SSM: pages[beam]. Blocks below the cache's
   // shared_blocks hold one page in every beam entry. kNoPage: not allocated, or released.
@@ -26,6 +34,10 @@ struct GroupState {
   // (DESIGN §5). held[i] is beam 0's page of block held_begin + i (kNoPage: none).
   std::deque<PageId> held;
   uint64_t held_begin = 0;
+  // SWA scratch of the current step (window groups, ACTIVE only): LOCKED pages shared by the
+  // group's layers for blocks scratch_blocks, which have no page of their own.
+  std::vector<PageId> scratch;
+  BlockRange scratch_blocks;
   // Reuse: the page in the last block (attention) or the state (SSM) is a tree page that the
   // first resume copies into a private page before anything writes it.
   bool copy_pending = false;
@@ -49,8 +61,10 @@ struct CacheRecord {
   std::vector<MultimodalItem> multimodal;
   ReuseMatch match;  // what create() matched
   bool first_resume_done = false;
-  bool committing = true;  // until stop_committing() or an is_end commit
-  uint64_t committed = 0;  // tokens published (or reused) so far
+  bool committing = true;         // until stop_committing() or an is_end commit
+  bool scratch_on = false;        // SWA scratch for this request (CacheOptions::swa_scratch)
+  uint64_t scratch_boundary = 0;  // capacity - max_rewind_len of the step with scratch (0: none)
+  uint64_t committed = 0;         // tokens published (or reused) so far
   // Full node the next block hangs under; pinned while set.
   prefix::NodeId commit_parent = prefix::kNoNode;
 

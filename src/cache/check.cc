@@ -41,6 +41,10 @@ std::string ManagerCore::check_locked() const {
       }
     });
     for (const GroupState& gs : rec.groups) {
+      for (PageId pid : gs.scratch) {  // SWA scratch: LOCKED, only while ACTIVE
+        if (!rec.active()) err = label(id) + " keeps scratch pages while not ACTIVE";
+        ++refs[pid.value].first;
+      }
       for (PageId pid : gs.held) {  // window pages waiting for their commit: always HELD
         if (pid == kNoPage) continue;
         if (!storage_.page(pid).live) err = label(id) + " holds a dead window page";
@@ -75,6 +79,8 @@ std::string ManagerCore::snapshot() const {
     for (const GroupState& gs : rec.groups) {
       os << "  pages";
       for (PageId pid : gs.pages) os << " " << (pid == kNoPage ? -1 : int64_t{pid.value});
+      os << " | scratch " << gs.scratch_blocks.begin << ".." << gs.scratch_blocks.end << ":";
+      for (PageId pid : gs.scratch) os << " " << pid.value;
       os << " | held from " << gs.held_begin << ":";
       for (PageId pid : gs.held) os << " " << (pid == kNoPage ? -1 : int64_t{pid.value});
       for (const auto& t : gs.tables) {

@@ -89,6 +89,8 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   if (snapshot && end_node != kNoNode && index_.node_tokens(end_node) > 0)
     commit_snapshots(rec, end_node, is_end);
   rec.committed = e;
+  // The commit that covers the step ends the scratch slots' use.
+  if (rec.scratch_boundary != 0 && e >= rec.scratch_boundary) release_scratch(rec);
   rec.note_ready(storage_.flush());
   if (is_end) (void)stop_committing_locked(id);
   after_mutation();

@@ -41,6 +41,10 @@ Status KvCache::can_resume(const std::vector<CacheGroupId>& optional_groups) con
 }
 Status KvCache::suspend() { return core_->suspend(id_); }
 Status KvCache::prefetch() { return core_->prefetch(id_); }
+Status KvCache::set_swa_scratch(bool on) { return core_->set_swa_scratch(id_, on); }
+Result<ScratchDesc> KvCache::scratch(CacheGroupId group) const {
+  return core_->scratch(id_, group);
+}
 Status KvCache::resize(uint64_t capacity, uint64_t history) {
   return core_->resize(id_, capacity, history);
 }

@@ -66,7 +66,8 @@ bool ManagerCore::block_needed(const CacheGroup& group, uint64_t block, uint64_t
 }
 
 std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint64_t capacity,
-                                                    uint64_t history, uint64_t from_block) const {
+                                                    uint64_t history, uint64_t from_block,
+                                                    const std::vector<BlockRange>& skip) const {
   std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
   const uint64_t blocks = blocks_for(capacity, plan_.config().tokens_per_block);
   for (const CacheGroup& g : plan_.cache_groups()) {
@@ -78,6 +79,7 @@ std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint
     const uint64_t have = gs.pages.size() / rec.beam_width;
     for (uint64_t b = from_block; b < blocks; ++b) {
       if (!block_needed(g, b, capacity, history)) continue;
+      if (!skip.empty() && skip[g.id.value].contains(b)) continue;
       for (uint32_t k = 0; k < rec.beams_at(b); ++k) {
         if (b >= have || gs.pages[b * rec.beam_width + k] == kNoPage) ++need[g.pool_group.value];
       }
@@ -98,7 +100,7 @@ PageId ManagerCore::fresh_page(CacheRecord& rec, CacheGroupId group, int32_t pri
 }
 
 void ManagerCore::allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history,
-                                 uint64_t from_block) {
+                                 uint64_t from_block, const std::vector<BlockRange>& skip) {
   const uint64_t blocks = blocks_for(capacity, plan_.config().tokens_per_block);
   for (const CacheGroup& g : plan_.cache_groups()) {
     GroupState& gs = rec.groups[g.id.value];
@@ -112,6 +114,7 @@ void ManagerCore::allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t h
       gs.pages.resize(blocks * rec.beam_width, kNoPage);
     for (uint64_t b = from_block; b < blocks; ++b) {
       if (!block_needed(g, b, capacity, history)) continue;
+      if (!skip.empty() && skip[g.id.value].contains(b)) continue;
       PageId* row = rec.row(g.id, b);
       if (b < rec.shared_blocks) {
         if (row[0] == kNoPage)
@@ -203,6 +206,10 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
   const ManagerConfig& config = plan_.config();
   if (shut_down_) return Status(StatusCode::kFailedPrecondition, "the manager is shut down");
   if (options.beam_width == 0) return Status::invalid("beam_width 0 must be > 0");
+  if (options.swa_scratch.value_or(false) && !config.swa_scratch_reuse) {
+    return Status::invalid(
+        "swa_scratch needs ManagerConfig::swa_scratch_reuse (the plan reserves the scratch slots)");
+  }
   if (config.max_live_kv_caches && live_caches_ >= *config.max_live_kv_caches) {
     return Status(StatusCode::kRefused, "max_live_kv_caches " +
                                             std::to_string(*config.max_live_kv_caches) +
@@ -223,6 +230,7 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
   rec.in_use = true;
   rec.state = CacheState::kSuspended;
   rec.beam_width = options.beam_width;
+  rec.scratch_on = options.swa_scratch.value_or(config.swa_scratch_reuse);
   rec.scope = options.scope;
   rec.tokens = options.input_tokens;
   rec.shared_blocks =
@@ -246,6 +254,7 @@ void ManagerCore::release_all_pages(CacheRecord& rec) {
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) { storage_.drop_ref(pid, ref); });
   for (GroupState& gs : rec.groups) std::fill(gs.pages.begin(), gs.pages.end(), kNoPage);
   release_held(rec, UINT64_MAX);
+  release_scratch(rec);
 }
 
 Status ManagerCore::close(uint32_t id) {

@@ -63,6 +63,8 @@ class ManagerCore {
   Status set_index_buffer(uint32_t id, CacheGroupId group, uint32_t beam,
                           std::span<int32_t> buffer);
   Status set_block_priority(uint32_t id, uint64_t first, uint64_t end, int32_t priority);
+  Status set_swa_scratch(uint32_t id, bool on);
+  Result<ScratchDesc> scratch(uint32_t id, CacheGroupId group) const;
 
   // --- reads of one cache (shared lock) ---
   CacheInfo info(uint32_t id) const;
@@ -110,10 +112,13 @@ class ManagerCore {
                     uint64_t history) const;
   // Fresh pages per pool group that (capacity, history) needs beyond what the cache holds.
   // Only blocks from `from_block` on are looked at.
+  // Blocks of `skip` (per group; SWA scratch) get no page.
   std::vector<uint64_t> new_pages_needed(const CacheRecord& rec, uint64_t capacity,
-                                         uint64_t history, uint64_t from_block) const;
+                                         uint64_t history, uint64_t from_block,
+                                         const std::vector<BlockRange>& skip = {}) const;
   // Allocates those pages on the GPU (room already made) with an active ref.
-  void allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history, uint64_t from_block);
+  void allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history, uint64_t from_block,
+                      const std::vector<BlockRange>& skip = {});
   PageId fresh_page(CacheRecord& rec, CacheGroupId group, int32_t priority);
   // Refuses with kOutOfPages when GPU room for `need` cannot be made; else makes it.
   Status check_room(const char* op, const std::vector<uint64_t>& need,
@@ -142,6 +147,15 @@ class ManagerCore {
   void record_lookup(const CacheRecord& rec, bool optional_only);
 
   Result<std::vector<uint64_t>> quota_slots(storage::TierIndex tier, uint64_t bytes) const;
+
+  // scratch.cc
+  std::vector<BlockRange> scratch_plan(const CacheRecord& rec, uint64_t capacity, uint64_t history,
+                                       uint64_t have) const;
+  void add_scratch_needs(const CacheRecord& rec, const std::vector<BlockRange>& plan,
+                         std::vector<uint64_t>& need) const;
+  void set_scratch(CacheRecord& rec, const std::vector<BlockRange>& plan);
+  void release_scratch(CacheRecord& rec);
+  Status check_scratch_history(uint32_t id, uint64_t history) const;
 
   // resize.cc
   Status check_index_buffers(uint32_t id, uint64_t capacity) const;

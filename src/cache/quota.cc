@@ -47,8 +47,8 @@ Result<std::vector<uint64_t>> ManagerCore::quota_slots(storage::TierIndex t, uin
                               std::to_string(n) + " slots";
     if (n > reserved) {
       return Status(StatusCode::kRefused, where + "; the backend reserved " +
-                                                 std::to_string(reserved) +
-                                                 " (raise the tier's max_quota_bytes)");
+                                              std::to_string(reserved) +
+                                              " (raise the tier's max_quota_bytes)");
     }
     const storage::Storage::SlotCounts c = storage_.counts(t, pg.id);
     if (n >= c.total) continue;

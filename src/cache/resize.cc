@@ -43,14 +43,22 @@ Status ManagerCore::resize(uint32_t id, uint64_t capacity, uint64_t history) {
                            " (history only grows)");
   }
   if (Status s = check_index_buffers(id, capacity); !s) return s;
+  if (Status s = check_scratch_history(id, history); !s) return s;
   // Blocks below `have` already hold every page they will ever need (released blocks are never
   // needed again: history only grows), so a resize looks only at what changes.
   const uint64_t have = rec.attention_blocks;
-  const std::vector<uint64_t> need = new_pages_needed(rec, capacity, history, have);
+  const std::vector<BlockRange> scratch = scratch_plan(rec, capacity, history, have);
+  std::vector<uint64_t> need = new_pages_needed(rec, capacity, history, have, scratch);
+  add_scratch_needs(rec, scratch, need);
   if (Status s = check_room("resize", need, storage_.empty_exclusions()); !s)
     return Status(s.code(), label(id) + ": " + s.message());
   make_room(need);
-  allocate_pages(rec, capacity, history, have);
+  allocate_pages(rec, capacity, history, have, scratch);
+  set_scratch(rec, scratch);
+  const bool any_scratch =
+      std::any_of(scratch.begin(), scratch.end(), [](const BlockRange& r) { return r.size() > 0; });
+  const uint64_t rewind = static_cast<uint64_t>(plan_.config().max_rewind_len);
+  rec.scratch_boundary = !any_scratch ? 0 : (capacity > rewind ? capacity - rewind : 0);
   release_stale_and_cut(rec, capacity, history);
   rec.note_ready(storage_.flush());
   rec.capacity = capacity;

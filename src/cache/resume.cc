@@ -173,6 +173,7 @@ Status ManagerCore::suspend(uint32_t id) {
   std::unique_lock lock(mu_);
   if (Status s = expect_state(id, CacheState::kActive, "suspend"); !s) return s;
   CacheRecord& rec = caches_[id];
+  release_scratch(rec);  // scratch KV is dead once the step is over
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
     storage_.convert_ref(pid, Ref::kActive, Ref::kSuspended);
   });

@@ -13,6 +13,30 @@ bool is_fixed_private(const ManagerConfig& config, const CacheGroup& group) {
          group.policy == ReusePolicy::kPrivate;
 }
 
+// SWA scratch (seeds 002, 004): one layer's share of a block in each pool of a window group.
+// A buffer's scratch page is its place among its layer's buffers of the pool; a block of one
+// layer takes the most pages any layer has in the pool, and a slot holds num_buffers pages.
+void plan_scratch(CacheGroup& group, const std::vector<Pool>& pools,
+                  std::vector<PlannedBuffer>& buffers) {
+  group.scratch.assign(pools.size(), ScratchPool{});
+  std::map<std::pair<uint32_t, LayerId>, uint32_t> next_page;  // (pool, layer) -> count
+  for (uint32_t b : group.buffers) {
+    PlannedBuffer& buffer = buffers[b];
+    buffer.scratch_page = next_page[{buffer.pool, buffer.layer}]++;
+  }
+  for (uint32_t p = 0; p < pools.size(); ++p) {
+    group.scratch[p].pages_per_slot = pools[p].num_buffers;
+    for (const auto& [key, count] : next_page) {
+      if (key.first == p) {
+        group.scratch[p].pages_per_block = std::max(group.scratch[p].pages_per_block, count);
+      }
+    }
+  }
+  for (uint32_t b : group.buffers) {
+    buffers[b].scratch_pages_per_block = group.scratch[buffers[b].pool].pages_per_block;
+  }
+}
+
 }  // namespace
 
 void build_layout(const ManagerConfig& config, Structure& s) {
@@ -42,6 +66,7 @@ void build_layout(const ManagerConfig& config, Structure& s) {
         break;
       }
     }
+    if (group.window) plan_scratch(group, pools, s.buffers);
   }
 
   // Pool groups, numbered in the order of their first cache group.

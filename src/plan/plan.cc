@@ -55,6 +55,13 @@ Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
     }
     plan.tiers_.push_back(std::move(tier));
   }
+  const std::optional<uint64_t> longest = plan.max_request_tokens();
+  if (longest && config.max_rewind_len > 0 &&
+      static_cast<uint64_t>(config.max_rewind_len) > *longest) {
+    return Status::invalid("max_rewind_len " + std::to_string(config.max_rewind_len) +
+                           " is beyond the longest request the GPU tier holds (" +
+                           std::to_string(*longest) + " tokens)");
+  }
   return plan;
 }
 
@@ -128,8 +135,8 @@ Result<BufferAddress> StoragePlan::buffer_address(LayerId layer, std::string_vie
 }
 
 Status StoragePlan::convert_page_indices(LayerId layer, std::string_view role, IndexMode mode,
-                                         std::span<const int32_t> slots,
-                                         std::span<int32_t> out) const {
+                                         std::span<const int32_t> slots, std::span<int32_t> out,
+                                         const ScratchDesc* scratch) const {
   if (out.size() != slots.size()) {
     return Status::invalid("convert_page_indices: out has " + std::to_string(out.size()) +
                            " entries for " + std::to_string(slots.size()) + " slots");
@@ -147,6 +154,40 @@ Status StoragePlan::convert_page_indices(LayerId layer, std::string_view role, I
                              " of slot " + std::to_string(slots[i]) + " does not fit in int32");
     }
     out[i] = static_cast<int32_t>(index);
+  }
+  if (scratch == nullptr || scratch->num_blocks == 0) return Status::ok();
+  return convert_scratch(layer, role, mode, *scratch, out);
+}
+
+Status StoragePlan::convert_scratch(LayerId layer, std::string_view role, IndexMode mode,
+                                    const ScratchDesc& scratch, std::span<int32_t> out) const {
+  const std::string what = "convert_page_indices (layer " + std::to_string(layer) + ", role '" +
+                           std::string(role) + "') with a scratch descriptor";
+  const PlannedBuffer& b = **find_buffer(layer, role);
+  if (b.scratch_pages_per_block == 0) {
+    return Status::invalid(what + ": the buffer is not in a sliding-window group");
+  }
+  if (mode != IndexMode::kPerLayer) {
+    return Status::invalid(what +
+                           ": scratch blocks need IndexMode::kPerLayer (a SHARED base is "
+                           "offset per layer, scratch pages are shared by the layers)");
+  }
+  const int64_t scale = (*buffer_address(layer, role, mode)).scale;
+  const uint64_t pages = scratch.num_blocks * b.scratch_pages_per_block;
+  if (pages > scratch.slots.size() * static_cast<uint64_t>(scale) ||
+      scratch.first_block + scratch.num_blocks > out.size()) {
+    return Status::invalid(what + ": " + std::to_string(scratch.num_blocks) + " blocks from " +
+                           std::to_string(scratch.first_block) + " need " + std::to_string(pages) +
+                           " pages; the descriptor has " + std::to_string(scratch.slots.size()) +
+                           " slots of " + std::to_string(scale) + " for a table of " +
+                           std::to_string(out.size()));
+  }
+  for (uint64_t j = 0; j < scratch.num_blocks; ++j) {
+    const uint64_t q = j * b.scratch_pages_per_block + b.scratch_page;
+    const int64_t index =
+        int64_t{scratch.slots[q / scale]} * scale + static_cast<int64_t>(q % scale);
+    if (index > INT32_MAX) return Status::invalid(what + ": page index beyond int32");
+    out[scratch.first_block + j] = static_cast<int32_t>(index);
   }
   return Status::ok();
 }

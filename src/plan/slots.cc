@@ -13,9 +13,11 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 
-// Blocks touched by tokens [begin, end), plus the sink blocks the range does not already cover.
+// Blocks touched by tokens [begin, end), plus the sink blocks the range does not already cover,
+// less the scratch blocks [skip_begin, skip_end) (SWA scratch: no persistent page).
 uint64_t window_blocks(uint64_t begin, uint64_t end, uint32_t tpb, uint32_t sink_blocks,
-                       std::vector<bool>* shared, uint64_t shared_blocks) {
+                       std::vector<bool>* shared, uint64_t shared_blocks,
+                       std::pair<uint64_t, uint64_t> skip = {0, 0}) {
   if (end == 0) return 0;
   const uint64_t first = begin / tpb;
   const uint64_t last = (end - 1) / tpb;
@@ -29,7 +31,12 @@ uint64_t window_blocks(uint64_t begin, uint64_t end, uint32_t tpb, uint32_t sink
     own += to - std::max(from, shared_end);
   };
   take(0, sinks);
-  take(first, last + 1);
+  if (skip.first < skip.second) {
+    take(first, std::max(first, std::min(skip.first, last + 1)));
+    take(std::max(first, skip.second), last + 1);
+  } else {
+    take(first, last + 1);
+  }
   return own;
 }
 
@@ -74,8 +81,15 @@ uint64_t batch_demand(const ManagerConfig& config, const CacheGroup& group,
   for (const RequestShape& r : batch.requests) {
     // A step computing tokens [history, capacity) reads, for a window w, tokens from
     // history - (w - 1) on; full attention reads everything.
+    // With SWA scratch, blocks that go stale within the step share a few scratch slots.
+    std::pair<uint64_t, uint64_t> scratch{0, 0};
+    if (config.swa_scratch_reuse) {
+      scratch = group.scratch_blocks(r.capacity, r.history,
+                                     static_cast<uint64_t>(config.max_rewind_len), tpb);
+      total += group.scratch_slots(scratch.second - scratch.first);
+    }
     total += window_blocks(group.first_live_token(r.history), r.capacity, tpb, group.sink_blocks,
-                           &shared, shared_blocks);
+                           &shared, shared_blocks, scratch);
   }
   return total + static_cast<uint64_t>(std::count(shared.begin(), shared.end(), true));
 }

@@ -1,4 +1,5 @@
 // Configuration validation: every error, each naming the field and the value.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -172,6 +173,15 @@ void check_knobs(const ManagerConfig& c, Errors& errors) {
         errors.add("pool_ratio[", i, "] ", r, " must be finite and > 0");
       }
     }
+  }
+  if (c.max_rewind_len < 0) errors.add("max_rewind_len ", c.max_rewind_len, " must be >= 0");
+  if (c.max_rewind_len > static_cast<int64_t>(kMaxTokens)) {
+    errors.add("max_rewind_len ", c.max_rewind_len, " exceeds ", kMaxTokens);
+  }
+  const bool windows = std::any_of(c.attention_layers.begin(), c.attention_layers.end(),
+                                   [](const AttentionLayerConfig& l) { return l.window; });
+  if (c.swa_scratch_reuse && !windows) {
+    errors.add("swa_scratch_reuse is on but no attention layer has a sliding window");
   }
   if (c.typical_step) check_batch("typical_step", *c.typical_step, errors);
   for (size_t i = 0; i < c.constraints.size(); ++i) {

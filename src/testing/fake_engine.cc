@@ -120,10 +120,14 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
       }
       const std::span<const int32_t> table = *cache.block_table(g.id, beam);
       const uint64_t live_begin = g.first_live_block(history, tpb);
+      const ScratchDesc scratch = *cache.scratch(g.id);
       for (uint64_t block = 0; block * tpb < computed; ++block) {
         const int32_t slot = table[block];
         if (slot == kBadPageIndex) {
           if (block < live_begin && block >= g.sink_blocks) continue;  // stale window block
+          // SWA scratch: the step's stale blocks, which nothing reads after the step.
+          if (block >= scratch.first_block && block - scratch.first_block < scratch.num_blocks)
+            continue;
           return Status::invalid("fake engine: group " + std::to_string(g.id.value) + " beam " +
                                  std::to_string(beam) + " block " + std::to_string(block) +
                                  " has no page");
@@ -213,11 +217,16 @@ Status FakeEngine::write(const KvCache& cache, FakeRequest& r, uint64_t from, ui
       const std::span<const int32_t> table = *cache.block_table(g.id, beam);
       const uint64_t history = cache.history();
       const uint64_t live_begin = g.first_live_block(history, tpb);
+      const ScratchDesc scratch = *cache.scratch(g.id);
       for (uint64_t p = from; p < upto; ++p) {
         const uint64_t block = p / tpb, j = p % tpb;
         const int32_t slot = table[block];
         if (slot == kBadPageIndex) {
           if (only != nullptr && block < live_begin && block >= g.sink_blocks) continue;
+          // SWA scratch blocks are written and read within the step by the real kernels; the
+          // fake engine checks only what outlives a step, so it skips them.
+          if (block >= scratch.first_block && block - scratch.first_block < scratch.num_blocks)
+            continue;
           return Status::invalid("fake engine: writing token " + std::to_string(p) + " of group " +
                                  std::to_string(g.id.value) + ": block " + std::to_string(block) +
                                  " has no page");

@@ -93,6 +93,37 @@ TEST(CliPlan, TextPlanShowsGroupsPoolsTiersAndTokens) {
   }
 }
 
+TEST(CliPlan, SwaScratchShowsItsSlotsAndBadValuesAreNamed) {
+  const CliRun r = run_cli("plan --model " + model("gemma_3_12b.json") +
+                           " --swa-scratch --max-rewind-len 4 --max-batch 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // An 8,192-token prefill settles at 8,188: a step from there reads from block
+  // (8,188 + 1 - 1,024) / 32 = 223, so blocks 0..222 are scratch; 40 layers x (key, value) a
+  // slot, 2 pages a layer's block: ceil(223 x 2 / 80) = 6 slots.
+  EXPECT_NE(r.out.find("swa scratch: a 8,192-token prefill maps 223 stale blocks onto 6 scratch "
+                       "slots (max_rewind_len 4)"),
+            std::string::npos)
+      << r.out;
+  const CliRun j = run_cli("plan --model " + model("gemma_3_12b.json") + " --swa-scratch --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json plan = nlohmann::json::parse(j.out);
+  EXPECT_EQ(plan["cache_groups"][1]["swa_scratch"]["scratch_slots"].get<uint64_t>(), 6u);
+  const CliRun negative =
+      run_cli("plan --model " + model("gemma_3_12b.json") + " --swa-scratch --max-rewind-len -3");
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_NE(negative.err.find("max_rewind_len -3 must be >= 0"), std::string::npos);
+  const CliRun beyond = run_cli("plan --model " + model("gemma_3_12b.json") +
+                                " --swa-scratch --max-rewind-len 100000000 --gpu-quota 8GiB");
+  EXPECT_EQ(beyond.exit_code, 2);
+  EXPECT_NE(beyond.err.find("max_rewind_len 100000000 is beyond the longest request"),
+            std::string::npos)
+      << beyond.err;
+  const CliRun no_window =
+      run_cli("plan --model " + model("nemotron_h_8b.json") + " --swa-scratch");
+  EXPECT_EQ(no_window.exit_code, 2);
+  EXPECT_NE(no_window.err.find("no attention layer has a sliding window"), std::string::npos);
+}
+
 TEST(CliPlan, JsonTiersReportUnassignedBytesUnderOneSlot) {
   const CliRun r = run_cli("plan --model " + model("nemotron_h_8b.json") +
                            " --gpu-quota 8GiB --host-quota 32GiB --max-batch 16 --json");

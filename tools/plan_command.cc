@@ -68,6 +68,10 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   plan->add_option("--tokens-per-block", o.tokens_per_block, "tokens per attention page");
   plan->add_option("--max-util", o.max_util, "max_util_for_resume");
   plan->add_flag("--no-block-reuse", o.no_block_reuse, "disable prefix reuse");
+  plan->add_flag("--swa-scratch", o.swa_scratch,
+                 "SWA scratch: window blocks that go stale within a step share scratch slots");
+  plan->add_option("--max-rewind-len", o.max_rewind_len,
+                   "tokens at a step's end the engine may rewind (never scratch)");
   plan->add_option("--kv-dtype", o.kv_dtype, "KV cache dtype");
   plan->add_option("--conv-dtype", o.conv_dtype, "conv state dtype");
   plan->add_option("--ssm-dtype", o.ssm_dtype,
@@ -135,6 +139,8 @@ int run_plan_command(const PlanOptions& o) {
   if (!hybrid) return fail(hybrid.status().message());
   ManagerConfig config = std::move(hybrid).value();
   if (o.max_live) config.max_live_kv_caches = o.max_live;
+  config.swa_scratch_reuse = o.swa_scratch;
+  config.max_rewind_len = o.max_rewind_len;
   Result<StoragePlan> plan = StoragePlan::build(config);
   if (!plan) return fail(plan.status().message());
   if (o.json) {

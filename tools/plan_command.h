@@ -26,6 +26,8 @@ struct PlanOptions {
   uint32_t tokens_per_block = 32;
   double max_util = 0.97;
   bool no_block_reuse = false;
+  bool swa_scratch = false;
+  int64_t max_rewind_len = 0;
   std::string kv_dtype = "bf16";
   std::string conv_dtype = "bf16";
   std::string ssm_dtype;  // empty: from the config, else fp32

@@ -8,6 +8,22 @@
 namespace hybridkv::tools {
 namespace {
 
+// The prefill chunk the plan shows SWA scratch for.
+constexpr uint64_t kScratchExampleTokens = 8192;
+
+// SWA scratch of one window group for a kScratchExampleTokens-token prefill from 0.
+struct ScratchExample {
+  uint64_t blocks = 0;  // scratch blocks
+  uint64_t slots = 0;   // scratch slots they take
+};
+ScratchExample scratch_example(const StoragePlan& plan, const CacheGroup& g) {
+  const ManagerConfig& c = plan.config();
+  if (!c.swa_scratch_reuse || !g.window) return {};
+  const auto [begin, end] = g.scratch_blocks(
+      kScratchExampleTokens, 0, static_cast<uint64_t>(c.max_rewind_len), c.tokens_per_block);
+  return {end - begin, g.scratch_slots(end - begin)};
+}
+
 using nlohmann::json;
 
 std::string group_label(const CacheGroup& g) {
@@ -80,6 +96,17 @@ json groups_json(const StoragePlan& plan) {
                       {"slot_sizes", g.slot_sizes},
                       {"one_request_slots", g.one_request_slots},
                       {"buffers", buffers}});
+    if (plan.config().swa_scratch_reuse && g.window) {
+      const ScratchExample e = scratch_example(plan, g);
+      json pools = json::array();
+      for (const ScratchPool& p : g.scratch)
+        pools.push_back(
+            {{"pages_per_block", p.pages_per_block}, {"pages_per_slot", p.pages_per_slot}});
+      groups.back()["swa_scratch"] = {{"pools", pools},
+                                      {"prefill_tokens", kScratchExampleTokens},
+                                      {"scratch_blocks", e.blocks},
+                                      {"scratch_slots", e.slots}};
+    }
   }
   return groups;
 }
@@ -196,6 +223,12 @@ std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan)
     for (size_t i = 0; i < seen.size(); ++i) {
       os << "        " << seen[i].first << ": " << with_commas(seen[i].second) << " B x "
          << counts[i] << " layers\n";
+    }
+    if (c.swa_scratch_reuse && g.window) {
+      const ScratchExample e = scratch_example(plan, g);
+      os << "        swa scratch: a " << with_commas(kScratchExampleTokens)
+         << "-token prefill maps " << with_commas(e.blocks) << " stale blocks onto " << e.slots
+         << " scratch slots (max_rewind_len " << c.max_rewind_len << ")\n";
     }
   }
   os << "\npool groups\n";

@@ -180,24 +180,9 @@ json plan_to_json(const ModelDescription& model, const StoragePlan& plan) {
   return j;
 }
 
-std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan) {
-  std::ostringstream os;
+// The cache groups: kind, layers, roles with their page sizes, SWA scratch.
+static void write_cache_groups(std::ostream& os, const StoragePlan& plan) {
   const ManagerConfig& c = plan.config();
-  os << "model     " << model.source << "  (" << model.model_type << ", " << model.family << ")\n"
-     << "          " << model.num_model_layers << " model layers -> "
-     << model.num_attention_layers() << " attention + " << model.num_recurrent_layers()
-     << " recurrent cache layers; TP " << model.tp_size << "; KV " << dtype_name(model.kv_dtype)
-     << ", SSM " << dtype_name(model.ssm_dtype) << ", conv " << dtype_name(model.conv_dtype) << "\n"
-     << "KV        " << with_commas(model.kv_bytes_per_token()) << " B/token (full "
-     << with_commas(model.full_kv_bytes_per_token()) << ", sliding "
-     << with_commas(model.sliding_kv_bytes_per_token()) << ")\n"
-     << "state     " << with_commas(model.state_bytes_per_sequence()) << " B/sequence ("
-     << format_bytes(model.state_bytes_per_sequence()) << "; SSM "
-     << with_commas(model.ssm_bytes_per_sequence()) << ", conv "
-     << with_commas(model.conv_bytes_per_sequence()) << ")\n"
-     << "settings  tokens_per_block " << c.tokens_per_block << ", max_util_for_resume "
-     << c.max_util_for_resume << ", block reuse " << (c.enable_block_reuse ? "on" : "off");
-  if (c.max_live_kv_caches) os << ", max_live_kv_caches " << *c.max_live_kv_caches;
   os << "\n\ncache groups\n";
   for (const CacheGroup& g : plan.cache_groups()) {
     os << "  [" << g.id.value << "] " << group_label(g) << ": " << g.layers.size()
@@ -231,6 +216,27 @@ std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan)
          << " scratch slots (max_rewind_len " << c.max_rewind_len << ")\n";
     }
   }
+}
+
+std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan) {
+  std::ostringstream os;
+  const ManagerConfig& c = plan.config();
+  os << "model     " << model.source << "  (" << model.model_type << ", " << model.family << ")\n"
+     << "          " << model.num_model_layers << " model layers -> "
+     << model.num_attention_layers() << " attention + " << model.num_recurrent_layers()
+     << " recurrent cache layers; TP " << model.tp_size << "; KV " << dtype_name(model.kv_dtype)
+     << ", SSM " << dtype_name(model.ssm_dtype) << ", conv " << dtype_name(model.conv_dtype) << "\n"
+     << "KV        " << with_commas(model.kv_bytes_per_token()) << " B/token (full "
+     << with_commas(model.full_kv_bytes_per_token()) << ", sliding "
+     << with_commas(model.sliding_kv_bytes_per_token()) << ")\n"
+     << "state     " << with_commas(model.state_bytes_per_sequence()) << " B/sequence ("
+     << format_bytes(model.state_bytes_per_sequence()) << "; SSM "
+     << with_commas(model.ssm_bytes_per_sequence()) << ", conv "
+     << with_commas(model.conv_bytes_per_sequence()) << ")\n"
+     << "settings  tokens_per_block " << c.tokens_per_block << ", max_util_for_resume "
+     << c.max_util_for_resume << ", block reuse " << (c.enable_block_reuse ? "on" : "off");
+  if (c.max_live_kv_caches) os << ", max_live_kv_caches " << *c.max_live_kv_caches;
+  write_cache_groups(os, plan);
   os << "\npool groups\n";
   for (const PoolGroup& pg : plan.pool_groups()) {
     os << "  [" << pg.id.value << "] cache groups";

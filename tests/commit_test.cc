@@ -165,5 +165,34 @@ TEST_F(Reuse, CommitWithMinSnapshotMustEndAtHistory) {
   EXPECT_EQ(a.cache->committed_tokens(), 40u);
 }
 
+TEST_F(Reuse, CommitKvPublishesFullBlocksWithoutStates) {
+  // LifecycleModel: 16 tokens a block, commit_min_snapshot on.
+  auto m = make_manager(LifecycleModel{});
+  testing::FakeEngine engine(*m);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 120);
+  Request a = make_request(*m, tokens, 100);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 100));
+  ASSERT_OK(a.cache->resize(100, 100));
+  const std::span<const int32_t> all(tokens);
+  // 100 tokens: six full blocks of KV published; no tail, no snapshot, so no match restores.
+  ASSERT_OK(a.cache->commit_kv(all.first(100)));
+  EXPECT_EQ(a.cache->committed_tokens(), 100u);
+  size_t kv = 0, states = 0;
+  for (const testing::TreePage& t : testing::tree_pages(*m)) ++(t.group.value < 2 ? states : kv);
+  // Full attention: blocks 0..5; the 48-token window: from history 100 a step reads tokens
+  // 53.., so blocks 3..5 (0..2 were freed as they left it, commit_min_snapshot being on).
+  EXPECT_EQ(kv, 6u + 3u);
+  EXPECT_EQ(states, 0u);
+  EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 0u);
+  EXPECT_EQ(m->probe_reuse({}, tokens).hybrid_tokens, 96u);
+  // The snapshot commit at the next point adds the states.
+  ASSERT_OK(advance(engine, a, 112));
+  ASSERT_OK(a.cache->resize(112, 112));
+  ASSERT_OK(a.cache->commit(all.subspan(100, 12)));
+  EXPECT_EQ(m->probe_reuse({}, tokens).reused_tokens, 112u);
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
 }  // namespace
 }  // namespace hybridkv

@@ -388,6 +388,45 @@ TEST(HybridSnapshots, NextPointFollowsThePolicy) {
   EXPECT_EQ(h->cache(2)->reuse_match().reused_tokens, 512u);
 }
 
+TEST(HybridSnapshots, AlignedEndSnapshotsAtTheLastGrainAndKvIsPublishedAtEveryChunk) {
+  ServingConfig s;
+  s.max_batch = 2;
+  s.tokens_per_block = 16;
+  s.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  s.snapshots.aligned_end = 512;
+  s.snapshots.final_prompt_boundary = false;
+  auto h =
+      std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s, {BackendKind::kNone}))
+          .value();
+  std::vector<int32_t> prompt(1300);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
+  ASSERT_OK(h->add_request(1, prompt));
+  ASSERT_OK(h->resume(1));
+  // 1,300 tokens: the last multiple of 512 inside is 1,024; then the prompt's end.
+  EXPECT_EQ(*h->next_snapshot_point(1), 1024u);
+  // A chunk of 300 tokens ends at no snapshot point: its 18 full blocks (288 tokens) are
+  // published all the same, with no state; nothing is reusable without a snapshot.
+  ASSERT_OK(h->resize(1, 300, 0));
+  ASSERT_OK(h->resize(1, 300, 300));
+  ASSERT_OK(h->commit_at_snapshot(1));
+  EXPECT_EQ(h->cache(1)->committed_tokens(), 300u);
+  EXPECT_EQ(testing::tree_pages(h->manager()).size(), 18u);
+  ASSERT_OK(h->resize(1, 1024, 300));
+  ASSERT_OK(h->resize(1, 1024, 1024));
+  ASSERT_OK(h->commit_at_snapshot(1));  // 1,024: KV and the state
+  ASSERT_OK(h->resize(1, 1300, 1024));
+  ASSERT_OK(h->resize(1, 1300, 1300));
+  ASSERT_OK(h->commit_at_snapshot(1));  // no-end: the KV of blocks up to 1,296 only
+  EXPECT_EQ(h->cache(1)->committed_tokens(), 1300u);
+  ASSERT_OK(h->free_request(1));
+  // The next turn repeats the prompt and more: it resumes from the snapshot at 1,024.
+  std::vector<int32_t> next(prompt);
+  next.resize(1600, 9);
+  ASSERT_OK(h->add_request(2, next));
+  EXPECT_EQ(h->cache(2)->reuse_match().reused_tokens, 1024u);
+  EXPECT_EQ(h->cache(2)->reuse_match().hybrid_tokens, 1296u);  // KV past the snapshot is there
+}
+
 TEST(HybridSnapshots, BranchAndDemandPointsEndChunksWhereTheTreeForksOrWasWanted) {
   ServingConfig s;
   s.max_batch = 2;

@@ -39,6 +39,13 @@ Result<SnapshotPolicy> parse_policy(const std::string& text) {
         return Status::invalid("--snapshot-policy: bad interval in '" + item + "'");
       }
       if (*p.periodic_interval == 0) return Status::invalid("--snapshot-policy: interval 0");
+    } else if (item.rfind("aligned-end:", 0) == 0) {
+      try {
+        p.aligned_end = std::stoull(item.substr(12));
+      } catch (...) {
+        return Status::invalid("--snapshot-policy: bad grain in '" + item + "'");
+      }
+      if (*p.aligned_end == 0) return Status::invalid("--snapshot-policy: aligned-end grain 0");
     } else if (item == "branch") {
       p.branch_point = true;
     } else if (item == "demand") {
@@ -57,7 +64,8 @@ Result<SnapshotPolicy> parse_policy(const std::string& text) {
     } else {
       return Status::invalid(
           "--snapshot-policy: '" + item +
-          "' is not periodic:N, start:N, from-end:N, end, no-end, branch or demand");
+          "' is not periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, branch or "
+          "demand");
     }
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -165,8 +173,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--tp", o.tp, "tensor-parallel size");
   sim->add_option("--max-batch", o.max_batch, "requests per step");
   sim->add_option("--max-tokens-per-step", o.max_tokens_per_step, "token budget per step");
-  sim->add_option("--snapshot-policy", o.snapshot_policy,
-                  "comma list: periodic:N, start:N, from-end:N, end, branch, demand");
+  sim->add_option(
+      "--snapshot-policy", o.snapshot_policy,
+      "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, branch, demand");
   sim->add_option("--spec-tokens", o.spec_tokens, "speculative tokens (replay buffers)");
   sim->add_option("--backend", o.backend,
                   "none (metadata only, any scale) or host (real bytes in host memory)");

@@ -40,12 +40,15 @@ const char* replay_layout_name(ReplayLayout layout);
 // prefill chunks there; commits happen only at snapshot points.
 struct SnapshotPolicy {
   std::optional<uint64_t> periodic_interval;  // every k tokens
-  std::vector<uint64_t> offsets_from_start;   // at these prompt positions
-  std::vector<uint64_t> offsets_from_end;     // at prompt_len - offset
-  bool final_prompt_boundary = true;          // at the end of the prompt
-  bool branch_point = false;                  // where the prompt leaves the tree
-  bool demand_driven = false;                 // where lookups found attention reuse past the
-                                              // last snapshot
+  // The last multiple of N inside the prompt (for traffic that shares prefixes in blocks of N
+  // tokens: a later prompt repeats this one's whole blocks, not its partial last one).
+  std::optional<uint64_t> aligned_end;
+  std::vector<uint64_t> offsets_from_start;  // at these prompt positions
+  std::vector<uint64_t> offsets_from_end;    // at prompt_len - offset
+  bool final_prompt_boundary = true;         // at the end of the prompt
+  bool branch_point = false;                 // where the prompt leaves the tree
+  bool demand_driven = false;                // where lookups found attention reuse past the
+                                             // last snapshot
 };
 
 struct ServingConfig {
@@ -123,7 +126,9 @@ class HybridCacheManager {
   // The next position after the request's history where a snapshot is taken (the engine ends
   // its prefill chunk there); the prompt length when none comes earlier.
   Result<uint64_t> next_snapshot_point(uint64_t request_id) const;
-  // Commits [committed, history) when history is a snapshot point; otherwise nothing.
+  // Commits the prompt's tokens [committed, history): with the SSM states when history is a
+  // snapshot point, else the KV of its full blocks only (KV is published whether or not a
+  // snapshot is taken; the policy decides only where states are copied).
   Status commit_at_snapshot(uint64_t request_id);
 
   // --- per step ---

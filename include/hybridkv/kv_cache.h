@@ -138,6 +138,10 @@ class KvCache {
   // more). Requires: ACTIVE; only computed tokens (end <= history); tokens that overlap the
   // prompt equal it. Out of pages for the copies: nothing changes.
   [[nodiscard]] Status commit(std::span<const int32_t> tokens, bool is_end = false);
+  // Publishes the KV of tokens [committed, committed + tokens.size()): full blocks only, no
+  // partial tail and no SSM snapshot (issue 12: publishing KV does not wait for a snapshot
+  // point; a later commit at a snapshot point adds the states). Same rules as commit().
+  [[nodiscard]] Status commit_kv(std::span<const int32_t> tokens);
   uint64_t committed_tokens() const;
   // No further commits; the cache's place in the tree is no longer pinned.
   [[nodiscard]] Status stop_committing();

@@ -48,7 +48,8 @@ Status ManagerCore::check_commit(uint32_t id, std::span<const int32_t> tokens) c
   return Status::ok();
 }
 
-Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is_end) {
+Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is_end,
+                           bool with_snapshot) {
   std::unique_lock lock(mu_);
   if (Status s = check_commit(id, tokens); !s) return s;
   CacheRecord& rec = caches_[id];
@@ -62,8 +63,8 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   const uint64_t c = rec.committed, e = c + tokens.size();
   // What gets published: full blocks completed by this commit; with commit_min_snapshot (or
   // at the end) the partial tail; an SSM snapshot where the commit ends at history.
-  const bool tail = e % tpb != 0 && (cfg.commit_min_snapshot || is_end);
-  const bool snapshot = e == rec.history && (e % tpb == 0 || tail);
+  const bool tail = with_snapshot && e % tpb != 0 && (cfg.commit_min_snapshot || is_end);
+  const bool snapshot = with_snapshot && e == rec.history && (e % tpb == 0 || tail);
   // Fresh GPU pages needed for copies (a commit at the end moves instead of copying).
   std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
   for (const CacheGroup& g : plan_.cache_groups()) {

@@ -52,6 +52,9 @@ Status KvCache::close() { return core_->close(id_); }
 Status KvCache::commit(std::span<const int32_t> tokens, bool is_end) {
   return core_->commit(id_, tokens, is_end);
 }
+Status KvCache::commit_kv(std::span<const int32_t> tokens) {
+  return core_->commit(id_, tokens, false, /*snapshot=*/false);
+}
 Status KvCache::stop_committing() { return core_->stop_committing(id_); }
 Result<PlannedDrop> KvCache::plan_snapshot_drop() {
   Result<uint64_t> drop = core_->plan_snapshot_drop(id_);

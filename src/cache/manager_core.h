@@ -53,7 +53,8 @@ class ManagerCore {
   Status suspend(uint32_t id);
   Status prefetch(uint32_t id);
   Status resize(uint32_t id, uint64_t capacity, uint64_t history);
-  Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end);
+  // snapshot false: full blocks only (no partial tail, no SSM state).
+  Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end, bool snapshot = true);
   Status stop_committing(uint32_t id);
   // A planned drop's id (never reused), and its release (kNotFound once released).
   Result<uint64_t> plan_snapshot_drop(uint32_t id);

@@ -172,6 +172,7 @@ uint64_t HybridCacheManager::next_policy_point(const Request& r, uint64_t after)
   };
   if (p.periodic_interval && *p.periodic_interval > 0)
     consider((after / *p.periodic_interval + 1) * *p.periodic_interval);
+  if (p.aligned_end && *p.aligned_end > 0) consider(prompt / *p.aligned_end * *p.aligned_end);
   for (uint64_t o : p.offsets_from_start) consider(o);
   for (uint64_t o : p.offsets_from_end) {
     if (o < prompt) consider(prompt - o);
@@ -200,9 +201,9 @@ Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
   if (history <= committed || history > r->prompt.size()) return Status::ok();
   const bool point = (history == r->prompt.size() && serving_.snapshots.final_prompt_boundary) ||
                      next_policy_point(*r, history - 1) == history;
-  if (!point) return Status::ok();
   const std::span<const int32_t> prompt(r->prompt);
-  return r->cache->commit(prompt.subspan(committed, history - committed));
+  const std::span<const int32_t> tokens = prompt.subspan(committed, history - committed);
+  return point ? r->cache->commit(tokens) : r->cache->commit_kv(tokens);
 }
 
 Result<HybridCacheManager::Step> HybridCacheManager::prepare_step(

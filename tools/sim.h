@@ -19,7 +19,7 @@ struct SimOptions {
   uint32_t tp = 1;
   uint32_t max_batch = 64;
   uint64_t max_tokens_per_step = 8192;
-  std::string snapshot_policy = "periodic:512";
+  std::string snapshot_policy = "aligned-end:512,branch,no-end";
   uint32_t spec_tokens = 0;
   std::string backend = "none";
   bool verify = false;

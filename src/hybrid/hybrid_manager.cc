@@ -199,7 +199,9 @@ Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
   const uint64_t history = r->cache->history();
   const uint64_t committed = r->cache->committed_tokens();
   if (history <= committed || history > r->prompt.size()) return Status::ok();
-  const bool point = (history == r->prompt.size() && serving_.snapshots.final_prompt_boundary) ||
+  // Without recurrent layers there is no state to place: the prompt's end publishes its tail.
+  const bool end = history == r->prompt.size();
+  const bool point = (end && (!state_group_ || serving_.snapshots.final_prompt_boundary)) ||
                      next_policy_point(*r, history - 1) == history;
   const std::span<const int32_t> prompt(r->prompt);
   const std::span<const int32_t> tokens = prompt.subspan(committed, history - committed);

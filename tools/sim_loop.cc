@@ -258,7 +258,14 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
     }
     last_refusal_ = s.message();
     if (!preempt_for(r)) {
-      // Nothing newer holds memory: this request is the newest and gives way itself.
+      // Nothing newer holds memory. A prefill chunk that does not fit is halved (down to one
+      // block) before the request gives way itself: a smaller step can still make progress.
+      const uint64_t tpb = h_.plan().config().tokens_per_block;
+      if (prefill && upto - history > tpb) {
+        upto = history + std::max<uint64_t>(tpb, (upto - history) / 2);
+        continue;
+      }
+      // Nothing fits: this request is the newest and gives way itself.
       Running self = std::move(r);
       running_.erase(running_.begin() + static_cast<int64_t>(i));
       if (preempt_by_swap_) {

@@ -12,15 +12,10 @@
 #include "hybridkv/manager.h"
 #include "hybridkv/model.h"
 #include "hybridkv/testing/inspect.h"
+#include "lifecycle_fixture.h"
 
 namespace hybridkv {
 namespace {
-
-#define ASSERT_OK(expr)                                         \
-  do {                                                          \
-    const Status _s = (expr);                                   \
-    ASSERT_TRUE(_s.is_ok()) << #expr << ": " << _s.to_string(); \
-  } while (0)
 
 // Layers 1..3: window 6 (layer 3 keeps only a key, so the window pool has 5 buffers a slot and
 // a layer's block takes 2 of them: blocks cross slots); layer 4: full attention; layer 0: SSM.

@@ -10,15 +10,10 @@
 #include "hybridkv/manager.h"
 #include "hybridkv/model.h"
 #include "hybridkv/testing/inspect.h"
+#include "lifecycle_fixture.h"
 
 namespace hybridkv {
 namespace {
-
-#define ASSERT_OK(expr)                                         \
-  do {                                                          \
-    const Status _s = (expr);                                   \
-    ASSERT_TRUE(_s.is_ok()) << #expr << ": " << _s.to_string(); \
-  } while (0)
 
 constexpr uint32_t kTpb = 32;
 

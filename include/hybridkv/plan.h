@@ -80,6 +80,9 @@ struct ScratchDesc {
   uint64_t first_block = 0;
   uint64_t num_blocks = 0;
   std::vector<int32_t> slots;
+  bool contains(uint64_t block) const {
+    return block >= first_block && block - first_block < num_blocks;
+  }
 };
 
 struct CacheGroup {

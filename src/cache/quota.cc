@@ -10,20 +10,19 @@ namespace hybridkv::cache_detail {
 
 namespace {
 
-std::optional<storage::TierIndex> tier_index(const StoragePlan& plan, TierKind kind) {
+Result<storage::TierIndex> tier_index(const StoragePlan& plan, TierKind kind) {
   for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
     if (plan.tiers()[t].kind == kind) return storage::TierIndex(t);
   }
-  return std::nullopt;
+  return Status::not_found(std::string("no ") + tier_kind_name(kind) + " tier is configured");
 }
 
 }  // namespace
 
 Result<uint64_t> ManagerCore::quota(TierKind kind) const {
   std::shared_lock lock(mu_);
-  const std::optional<storage::TierIndex> t = tier_index(plan_, kind);
-  if (!t)
-    return Status::not_found(std::string("no ") + tier_kind_name(kind) + " tier is configured");
+  const Result<storage::TierIndex> t = tier_index(plan_, kind);
+  if (!t) return t.status();
   return quotas_[t->value];
 }
 
@@ -70,9 +69,8 @@ Result<std::vector<uint64_t>> ManagerCore::quota_slots(storage::TierIndex t, uin
 
 Status ManagerCore::set_quota(TierKind kind, uint64_t bytes) {
   std::unique_lock lock(mu_);
-  const std::optional<storage::TierIndex> t = tier_index(plan_, kind);
-  if (!t)
-    return Status::not_found(std::string("no ") + tier_kind_name(kind) + " tier is configured");
+  const Result<storage::TierIndex> t = tier_index(plan_, kind);
+  if (!t) return t.status();
   Result<std::vector<uint64_t>> want = quota_slots(*t, bytes);
   if (!want) return want.status();
   // Nothing can fail from here on.

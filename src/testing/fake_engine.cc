@@ -126,8 +126,7 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
         if (slot == kBadPageIndex) {
           if (block < live_begin && block >= g.sink_blocks) continue;  // stale window block
           // SWA scratch: the step's stale blocks, which nothing reads after the step.
-          if (block >= scratch.first_block && block - scratch.first_block < scratch.num_blocks)
-            continue;
+          if (scratch.contains(block)) continue;
           return Status::invalid("fake engine: group " + std::to_string(g.id.value) + " beam " +
                                  std::to_string(beam) + " block " + std::to_string(block) +
                                  " has no page");
@@ -225,8 +224,7 @@ Status FakeEngine::write(const KvCache& cache, FakeRequest& r, uint64_t from, ui
           if (only != nullptr && block < live_begin && block >= g.sink_blocks) continue;
           // SWA scratch blocks are written and read within the step by the real kernels; the
           // fake engine checks only what outlives a step, so it skips them.
-          if (block >= scratch.first_block && block - scratch.first_block < scratch.num_blocks)
-            continue;
+          if (scratch.contains(block)) continue;
           return Status::invalid("fake engine: writing token " + std::to_string(p) + " of group " +
                                  std::to_string(g.id.value) + ": block " + std::to_string(block) +
                                  " has no page");

@@ -24,6 +24,7 @@ std::span<const std::array<uint8_t, 32>> digests_between(
 PrefixIndex::PrefixIndex(const StoragePlan& plan, storage::Storage& storage)
     : plan_(plan),
       storage_(storage),
+      resume_group_(find_resume_group(plan)),
       tree_(plan.cache_groups().size()),
       hasher_(plan.config().block_hash) {
   stats_.groups.resize(plan.cache_groups().size());
@@ -65,6 +66,7 @@ void PrefixIndex::record_lookup(const ReuseMatch& m, std::span<const CacheGroupI
 
 void PrefixIndex::record_served(PageId page) {
   ++stats_.pages_served_by_tier[static_cast<size_t>(storage_.page(page).tier)];
+  note_served(page);
 }
 
 NodeId PrefixIndex::root(const ReuseScope& scope) { return tree_.root(hasher_.root(scope)); }
@@ -103,6 +105,7 @@ void PrefixIndex::publish(NodeId node, CacheGroupId group, PageId page, uint32_t
   storage_.set_owner(page, node.value);
   if (plan_.cache_group(group).kind == GroupKind::kSsm)
     ++stats_.groups[group.value].snapshots_stored;
+  note_published(node, group, page);
   emit(CacheEventKind::kStored, node, group);
 }
 
@@ -216,6 +219,7 @@ void PrefixIndex::unpublish(NodeId node, CacheGroupId group) {
   note_removed(group);
   const PageId pid = np.page;
   np = NodePage{};
+  note_unpublished(node, group);
   storage_.clear_owner(pid);
   tree_.prune(node);
 }
@@ -227,6 +231,7 @@ void PrefixIndex::on_page_dropped(PageId page, storage::OwnerTag owner, CacheGro
   emit(CacheEventKind::kRemoved, node, group);
   note_removed(group);
   tree_.pages(node)[group.value] = NodePage{};
+  note_unpublished(node, group);
   tree_.prune(node);
 }
 

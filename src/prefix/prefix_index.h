@@ -12,6 +12,7 @@
 // the given hasher, so probes may run it concurrently under a shared lock.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -108,12 +109,23 @@ class PrefixIndex final : public storage::PageObserver {
   void on_page_updated(storage::PageId page, storage::OwnerTag owner, CacheGroupId group) override;
 
  private:
+  // --- snapshot-aware eviction (worth.cc) ---
+  static std::optional<CacheGroupId> find_resume_group(const StoragePlan& plan);
+  void note_published(NodeId node, CacheGroupId group, storage::PageId page);
+  void note_unpublished(NodeId node, CacheGroupId group);
+  void note_served(storage::PageId page);
+  void count_resumable(NodeId id, int delta);
+  NodeId superseded_by(NodeId id) const;
+  void mark_superseded(NodeId id, bool demoted);
+
   void emit(CacheEventKind kind, NodeId node, CacheGroupId group);
   void note_removed(CacheGroupId group);  // snapshot statistics
   void unpublish(NodeId node, CacheGroupId group);
 
   const StoragePlan& plan_;
   storage::Storage& storage_;
+  // The SSM group a request resumes from (snapshot-aware eviction is off without one).
+  std::optional<CacheGroupId> resume_group_;
   RadixTree tree_;
   BlockHasher hasher_;
   ReuseStats stats_;

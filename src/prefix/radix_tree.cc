@@ -81,6 +81,8 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
   n.tokens.assign(tokens.begin(), tokens.end());
   n.full = full;
   n.live = true;
+  n.demanded = false;
+  n.resumable = 0;
   for (NodePage& p : pages(id)) p = NodePage{};
   if (parent != kNoNode) {
     HKV_CHECK(node(parent).full, "a partial block cannot have children");

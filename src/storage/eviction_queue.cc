@@ -7,7 +7,7 @@ namespace hybridkv::storage {
 void EvictionQueue::push_back(PageId id) {
   Page& p = at(id);
   HKV_CHECK(p.queue == QueueKind::kNone, "page %u already queued", id.value);
-  Bucket& b = buckets_[p.priority];
+  Bucket& b = buckets_[p.rank()];
   p.queue = kind_;
   p.prev = b.tail;
   p.next = kNoPage;
@@ -22,8 +22,9 @@ void EvictionQueue::push_back(PageId id) {
 void EvictionQueue::remove(PageId id) {
   Page& p = at(id);
   HKV_CHECK(p.queue == kind_, "page %u is not in this queue", id.value);
-  auto it = buckets_.find(p.priority);
-  HKV_CHECK(it != buckets_.end(), "page %u: no bucket for priority %d", id.value, p.priority);
+  auto it = buckets_.find(p.rank());
+  HKV_CHECK(it != buckets_.end(), "page %u: no bucket for rank %lld", id.value,
+            static_cast<long long>(p.rank()));
   Bucket& b = it->second;
   if (p.prev != kNoPage)
     at(p.prev).next = p.next;
@@ -45,7 +46,7 @@ PageId EvictionQueue::front() const {
 
 std::vector<PageId> EvictionQueue::pages_in_order() const {
   std::vector<PageId> out;
-  for (const auto& [priority, bucket] : buckets_) {
+  for (const auto& [rank, bucket] : buckets_) {
     for (PageId id = bucket.head; id != kNoPage; id = at(id).next) out.push_back(id);
   }
   return out;

@@ -1,5 +1,5 @@
 // EvictionQueue: pages of one (tier, pool group) and one kind (HELD or DROPPABLE), lowest
-// priority first and least recently used first within a priority. Buckets per priority hold
+// rank (demoted first, then priority) first and least recently used first within a priority. Buckets per priority hold
 // intrusive doubly linked lists threaded through the pages' prev/next fields.
 //
 // Only Storage uses it (it is the only writer of a page's queue links).
@@ -35,7 +35,7 @@ class EvictionQueue {
   Page& at(PageId id) const { return (*pages_)[id.value]; }
   std::vector<Page>* pages_;
   QueueKind kind_;
-  std::map<int32_t, Bucket> buckets_;
+  std::map<int64_t, Bucket> buckets_;  // by Page::rank()
   uint64_t size_ = 0;
 };
 

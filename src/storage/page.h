@@ -49,7 +49,12 @@ struct Page {
   bool pinned = false;        // out of the queues while an operation works on it
   bool live = false;          // false: the id is on the free list
   int32_t priority = kDefaultPriority;
-  uint64_t lru_tick = 0;  // when the page became evictable (queue order within a priority)
+  // Set by the owner for a page that cannot serve a request now (KV no snapshot can resume
+  // into, a snapshot a deeper one supersedes): it goes before every page that is not, and is
+  // dropped rather than copied down a tier.
+  bool demoted = false;
+  uint32_t hits = 0;      // times a match served the page since it was allocated
+  uint64_t lru_tick = 0;  // when the page became evictable (queue order within a priority)  // when the page became evictable (queue order within a priority)
   CopyEvent ready;        // last copy that wrote the page's slot
   // The copy of the page's last move to a colder tier, while it may not have run yet: in the
   // batch being collected (offload_pending) or submitted (offload_event, offload_index). A page
@@ -63,6 +68,8 @@ struct Page {
   PageId next;
 
   bool owned() const { return owner != kNoOwner; }
+  // Eviction order: rank ascending (demoted pages first, then by priority), then LRU.
+  int64_t rank() const { return demoted ? int64_t{priority} - (int64_t{1} << 32) : priority; }
   PageState state() const {
     if (!live) return PageState::kReleased;
     if (active_refs > 0) return PageState::kLocked;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
-#include <tuple>
+#include <utility>
 
 #include "util/check.h"
 #include "util/dense_table.h"
@@ -50,7 +50,7 @@ uint64_t Storage::max_room(TierIndex tier, PoolGroupId pg, const Exclusions& exc
   return s.free.size() + s.droppable.size() + std::min(held, below);
 }
 
-// The cheaper of the two queue fronts: lower priority first, then least recently used.
+// The cheaper of the two queue fronts: lower rank first, then least recently used.
 PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) const {
   const PoolSlots& s = slots(tier, pg);
   const PageId held = room_below ? s.held.front() : kNoPage;
@@ -58,7 +58,7 @@ PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) con
   if (held == kNoPage || droppable == kNoPage) return held != kNoPage ? held : droppable;
   const Page& h = page(held);
   const Page& d = page(droppable);
-  return std::tie(h.priority, h.lru_tick) < std::tie(d.priority, d.lru_tick) ? held : droppable;
+  return std::pair(h.rank(), h.lru_tick) < std::pair(d.rank(), d.lru_tick) ? held : droppable;
 }
 
 void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
@@ -69,13 +69,18 @@ void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
     const PageId victim = pick_victim(tier, pg, room_below);
     HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
               tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
-    if (room_below) {
+    if (room_below && worth_moving(page(victim))) {
       make_room(next, pg, 1);
       move(victim, next);
     } else {
       drop(victim);
     }
   }
+}
+
+// A HELD page always moves down; a DROPPABLE one only when its owner has not demoted it.
+bool Storage::worth_moving(const Page& p) const {
+  return p.state() == PageState::kHeld || !p.demoted;
 }
 
 SlotId Storage::take_slot(TierIndex tier, PoolGroupId pg) {
@@ -105,6 +110,8 @@ PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority) {
   p.slot = slot;
   p.live = true;
   p.priority = priority;
+  p.demoted = false;
+  p.hits = 0;
   // The new owner writes the slot only after whatever last touched it, including a copy of this
   // operation that reads the slot and is not submitted yet.
   p.ready = slots(tier, pg).last_use[slot.value];
@@ -154,6 +161,7 @@ void Storage::set_owner(PageId id, OwnerTag owner) {
 void Storage::clear_owner(PageId id) {
   Page& p = mutable_page(id);
   HKV_CHECK(p.live && p.owned(), "page %u has no owner to clear", id.value);
+  set_demoted(id, false);  // the owner's verdict ends with its ownership
   p.owner = kNoOwner;
   refresh(id);
 }
@@ -165,17 +173,31 @@ void Storage::notify_updated(PageId id) {
 
 void Storage::set_priority(PageId id, int32_t priority) {
   Page& p = mutable_page(id);
-  if (p.priority != priority) {
-    const QueueKind queued = p.queue;
-    if (queued != QueueKind::kNone) dequeue(id);
-    p.priority = priority;
-    if (queued != QueueKind::kNone) {
-      // It joins its new priority's bucket as the most recent entry (keeps buckets in LRU order).
-      p.lru_tick = ++tick_;
-      slots(p.tier_index, p.pool_group).queue(queued).push_back(id);
-    }
-  }
+  if (p.priority != priority) requeue(id, [&] { p.priority = priority; });
   notify_updated(id);
+}
+
+void Storage::set_demoted(PageId id, bool demoted) {
+  Page& p = mutable_page(id);
+  if (p.demoted != demoted) requeue(id, [&] { p.demoted = demoted; });
+}
+
+void Storage::note_hit(PageId id) {
+  Page& p = mutable_page(id);
+  if (p.hits < UINT32_MAX) ++p.hits;
+}
+
+template <typename Change>
+void Storage::requeue(PageId id, Change&& change) {
+  Page& p = mutable_page(id);
+  const QueueKind queued = p.queue;
+  if (queued != QueueKind::kNone) dequeue(id);
+  change();
+  if (queued != QueueKind::kNone) {
+    // It joins its new rank's bucket as the most recent entry (keeps buckets in LRU order).
+    p.lru_tick = ++tick_;
+    slots(p.tier_index, p.pool_group).queue(queued).push_back(id);
+  }
 }
 
 void Storage::dequeue(PageId id) {

@@ -78,6 +78,10 @@ class Storage {
   void set_owner(PageId id, OwnerTag owner);
   void clear_owner(PageId id);
   void set_priority(PageId id, int32_t priority);
+  // The owner's verdict on the page's worth (Page::demoted); not an event.
+  void set_demoted(PageId id, bool demoted);
+  // A match served the page (Page::hits, read by the offload rule).
+  void note_hit(PageId id);
   // Takes a page out of its queue while an operation works on it / puts it back.
   void pin(PageId id);
   void unpin(PageId id);
@@ -131,11 +135,15 @@ class Storage {
     return tiers_[tier.value].pools[pg.value];
   }
   PageId pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) const;
+  bool worth_moving(const Page& p) const;
   SlotId take_slot(TierIndex tier, PoolGroupId pg);
   void give_slot(TierIndex tier, PoolGroupId pg, SlotId slot, CopyEvent last_use);
   // Re-derives queue membership after a change; releases a page nobody refers to.
   void refresh(PageId id);
   void dequeue(PageId id);
+  // Applies `change` to the page's rank and puts it back in its queue as the most recent entry.
+  template <typename Change>
+  void requeue(PageId id, Change&& change);
   void notify_updated(PageId id);
   void drop(PageId id);
   void release(PageId id);

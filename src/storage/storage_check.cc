@@ -1,7 +1,7 @@
 // Storage's own invariants (DESIGN §9) and its before/after snapshot.
 #include <algorithm>
 #include <sstream>
-#include <tuple>
+#include <utility>
 
 #include "storage/storage.h"
 
@@ -42,10 +42,10 @@ std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg,
         err << "page " << ids[k].value << " is in the wrong queue";
         return err.str();
       }
-      // Eviction order: priority ascending, then least recently used first.
+      // Eviction order: rank ascending, then least recently used first.
       if (k > 0) {
         const Page& prev = page(ids[k - 1]);
-        if (std::tie(prev.priority, prev.lru_tick) >= std::tie(p.priority, p.lru_tick)) {
+        if (std::pair(prev.rank(), prev.lru_tick) >= std::pair(p.rank(), p.lru_tick)) {
           err << "queue order broken at page " << ids[k].value << " on " << tier_name
               << " pool group " << pg.id.value;
           return err.str();
@@ -114,7 +114,7 @@ std::string Storage::snapshot() const {
     if (!p.live) continue;
     os << "page " << i << " g" << p.group.value << " " << tier_kind_name(p.tier) << ":"
        << p.slot.value << " a" << p.active_refs << " s" << p.suspended_refs << " t" << p.owned()
-       << " pr" << p.priority << "\n";
+       << " pr" << p.priority << (p.demoted ? " demoted" : "") << "\n";
   }
   return os.str();
 }

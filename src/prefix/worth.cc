@@ -1,0 +1,80 @@
+// Snapshot-aware eviction (issue 12): what a tree page is worth to a hybrid model.
+//
+// With a REQUIRED SSM group, a request resumes only at a snapshot, so
+//  - a KV block with no snapshot at or below it on any path (past the deepest snapshot) can
+//    serve no request: its pages are demoted (evicted before every page that is not, and
+//    dropped rather than copied down a tier) until a snapshot appears under it;
+//  - dropping the last snapshot under a KV run demotes that run (the counts of Node::resumable
+//    fall to zero on the way up);
+//  - a snapshot superseded by a deeper one on a path that does not fork between them is demoted;
+//    it is promoted again when a match resumes from it or the deeper one goes.
+// Storage owns the queues; the index only tells it each page's verdict (Storage::set_demoted).
+#include "prefix/prefix_index.h"
+
+namespace hybridkv::prefix {
+
+using storage::kNoPage;
+using storage::PageId;
+
+std::optional<CacheGroupId> PrefixIndex::find_resume_group(const StoragePlan& plan) {
+  for (const CacheGroup& g : plan.cache_groups()) {
+    if (g.kind == GroupKind::kSsm && g.policy == ReusePolicy::kRequired) return g.id;
+  }
+  return std::nullopt;
+}
+
+void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page) {
+  if (!resume_group_) return;
+  if (group == *resume_group_) {
+    count_resumable(node, +1);
+    mark_superseded(node, true);
+  } else if (plan_.cache_group(group).kind == GroupKind::kAttention) {
+    storage_.set_demoted(page, tree_.node(node).resumable == 0);
+  }
+}
+
+void PrefixIndex::note_unpublished(NodeId node, CacheGroupId group) {
+  if (!resume_group_ || group != *resume_group_) return;
+  count_resumable(node, -1);
+  mark_superseded(node, false);
+}
+
+void PrefixIndex::note_served(PageId page) {
+  storage_.note_hit(page);
+  const storage::Page& p = storage_.page(page);
+  if (resume_group_ && p.group == *resume_group_ && p.demoted) storage_.set_demoted(page, false);
+}
+
+// Adds `delta` to the node's count and carries each change between zero and non-zero to its
+// parent, (de)moting the KV pages of every node whose verdict changed.
+void PrefixIndex::count_resumable(NodeId id, int delta) {
+  while (id != kNoNode) {
+    Node& n = tree_.node(id);
+    const bool was = n.resumable > 0;
+    n.resumable = static_cast<uint32_t>(static_cast<int64_t>(n.resumable) + delta);
+    const bool is = n.resumable > 0;
+    if (was == is) return;
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      const PageId pid = tree_.pages(id)[g.id.value].page;
+      if (g.kind == GroupKind::kAttention && pid != kNoPage) storage_.set_demoted(pid, !is);
+    }
+    id = n.parent;
+  }
+}
+
+// The nearest snapshot above `id` on a path with no fork between them (kNoNode if none).
+NodeId PrefixIndex::superseded_by(NodeId id) const {
+  for (NodeId at = tree_.node(id).parent; at != kNoNode; at = tree_.node(at).parent) {
+    const Node& n = tree_.node(at);
+    if (n.children.size() != 1) return kNoNode;
+    if (tree_.pages(at)[resume_group_->value].page != kNoPage) return at;
+  }
+  return kNoNode;
+}
+
+void PrefixIndex::mark_superseded(NodeId id, bool demoted) {
+  const NodeId above = superseded_by(id);
+  if (above != kNoNode) storage_.set_demoted(tree_.pages(above)[resume_group_->value].page, demoted);
+}
+
+}  // namespace hybridkv::prefix

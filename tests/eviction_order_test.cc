@@ -1,0 +1,119 @@
+// Snapshot-aware eviction (issue 12 item 4): KV that no snapshot can resume into, and snapshots a
+// deeper one supersedes, are demoted: evicted first and dropped rather than copied down a tier.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "lifecycle_fixture.h"
+
+namespace hybridkv {
+namespace {
+
+using testing::advance;
+using testing::LifecycleModel;
+using testing::make_manager;
+using testing::make_request;
+using testing::random_tokens;
+using testing::Request;
+using testing::TreePage;
+
+constexpr CacheGroupId kSsm(0), kFull(2);
+
+// Demoted flags of the tree's pages of `group`, by block start.
+std::vector<std::pair<uint64_t, bool>> demoted(const KvCacheManager& m, CacheGroupId group) {
+  std::vector<std::pair<uint64_t, bool>> out;
+  for (const TreePage& t : testing::tree_pages(m)) {
+    if (t.group == group) out.push_back({t.start + t.coverage, t.demoted});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class EvictionOrder : public ::testing::Test {
+ protected:
+  std::mt19937_64 rng_{7};
+  std::unique_ptr<KvCacheManager> m_ = make_manager(LifecycleModel{});
+  testing::FakeEngine engine_{*m_};
+
+  // Computes `upto` tokens of `r` and publishes their KV only (no snapshot).
+  void compute_kv(Request& r, uint64_t upto) {
+    ASSERT_OK(advance(engine_, r, upto));
+    ASSERT_OK(r.cache->resize(upto, upto));
+    const uint64_t from = r.cache->committed_tokens();
+    std::span<const int32_t> all(r.fake.tokens[0]);
+    ASSERT_OK(r.cache->commit_kv(all.subspan(from, upto - from)));
+  }
+  // The same with the SSM snapshot at `upto`.
+  void compute_snapshot(Request& r, uint64_t upto) {
+    ASSERT_OK(advance(engine_, r, upto));
+    ASSERT_OK(testing::commit_computed(r));
+  }
+};
+
+TEST_F(EvictionOrder, KvPastTheDeepestSnapshotIsDemotedUntilASnapshotCoversIt) {
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  Request a = make_request(*m_, tokens, 96);
+  ASSERT_OK(a.cache->resume({}));
+  compute_kv(a, 64);
+  using V = std::vector<std::pair<uint64_t, bool>>;
+  EXPECT_EQ(demoted(*m_, kFull), (V{{16, true}, {32, true}, {48, true}, {64, true}}));
+  compute_snapshot(a, 96);  // a snapshot at 96 makes every block under it worth keeping
+  EXPECT_EQ(demoted(*m_, kFull),
+            (V{{16, false}, {32, false}, {48, false}, {64, false}, {80, false}, {96, false}}));
+  EXPECT_EQ(demoted(*m_, kSsm), (V{{96, false}}));
+  EXPECT_EQ(testing::check_invariants(*m_), "");
+}
+
+TEST_F(EvictionOrder, SupersededSnapshotIsDemotedAndPromotedByAHitOrWhenTheDeeperOneGoes) {
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  Request a = make_request(*m_, tokens, 96);
+  ASSERT_OK(a.cache->resume({}));
+  compute_snapshot(a, 32);
+  compute_snapshot(a, 64);
+  using V = std::vector<std::pair<uint64_t, bool>>;
+  EXPECT_EQ(demoted(*m_, kSsm), (V{{32, true}, {64, false}}));  // no fork between 32 and 64
+  // A prompt that leaves the path after 40 tokens resumes from the snapshot at 32: promoted.
+  std::vector<int32_t> other(tokens.begin(), tokens.begin() + 40);
+  other.resize(60, 7);
+  Request b = make_request(*m_, other, 60);
+  EXPECT_EQ(b.cache->reuse_match().reused_tokens, 32u);
+  EXPECT_EQ(demoted(*m_, kSsm), (V{{32, false}, {64, false}}));
+  Result<PlannedDrop> drop = a.cache->plan_snapshot_drop();
+  ASSERT_TRUE(drop.is_ok()) << drop.status().to_string();
+  ASSERT_OK(drop->release());  // the snapshot at 64 goes
+  EXPECT_EQ(demoted(*m_, kSsm), (V{{32, false}}));
+  // The KV between 32 and 64 lost its last snapshot: demoted; the KV under 32 is not.
+  EXPECT_EQ(demoted(*m_, kFull), (V{{16, false}, {32, false}, {48, true}, {64, true}}));
+  compute_snapshot(a, 80);  // supersedes 32 again (no fork between them)
+  EXPECT_EQ(demoted(*m_, kSsm), (V{{32, true}, {80, false}}));
+  EXPECT_EQ(demoted(*m_, kFull),
+            (V{{16, false}, {32, false}, {48, false}, {64, false}, {80, false}}));
+  EXPECT_EQ(testing::check_invariants(*m_), "");
+}
+
+TEST_F(EvictionOrder, DemotedPagesAreDroppedFirstAndNeverCopiedDown) {
+  const std::vector<int32_t> tokens = random_tokens(rng_, 400);
+  Request a = make_request(*m_, tokens, 320);
+  ASSERT_OK(a.cache->resume({}));
+  compute_snapshot(a, 160);
+  compute_kv(a, 320);  // blocks 160..320: no snapshot under them
+  ASSERT_OK(a.cache->close());
+  // Another request grows until the GPU is full and the tree's pages must leave it.
+  Request big = make_request(*m_, random_tokens(rng_, 20000), 20000);
+  ASSERT_OK(big.cache->resume({}));
+  for (uint64_t upto = 64; upto <= 20000 && advance(engine_, big, upto).is_ok(); upto += 64) {
+  }
+  bool kept_on_host = false;
+  for (const TreePage& t : testing::tree_pages(*m_)) {
+    if (t.group != kFull) continue;
+    EXPECT_FALSE(t.start >= 160 && t.tier != TierKind::kGpu)
+        << "demoted block at " << t.start << " was copied down";
+    kept_on_host |= t.start < 160 && t.tier == TierKind::kHost;
+  }
+  EXPECT_TRUE(kept_on_host) << "the GPU never filled: the test proves nothing";
+  EXPECT_EQ(m_->probe_reuse({}, tokens).reused_tokens, 160u);
+  EXPECT_EQ(testing::check_invariants(*m_), "");
+}
+
+}  // namespace
+}  // namespace hybridkv

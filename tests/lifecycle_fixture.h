@@ -43,6 +43,7 @@ struct LifecycleModel {
   bool block_reuse = true;
   bool swa_scratch = false;  // ManagerConfig::swa_scratch_reuse
   int64_t max_rewind_len = 0;
+  bool pool_rebalance = false;  // ManagerConfig::pool_rebalance
 };
 
 inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
@@ -73,6 +74,7 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   c.enable_block_reuse = m.block_reuse;
   c.swa_scratch_reuse = m.swa_scratch;
   c.max_rewind_len = m.max_rewind_len;
+  c.pool_rebalance = m.pool_rebalance;
   c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
   c.tiers.back().max_quota_bytes = m.gpu_max_quota;
   if (m.host_quota) c.tiers.push_back({TierKind::kHost, m.host_quota, ""});

@@ -48,7 +48,7 @@ uint64_t covered_digest(const KvCacheManager& m, const testing::TreePage& t) {
 struct Counters {
   uint64_t ops = 0, creates = 0, reused_creates = 0, reused_tokens = 0, steps = 0, commits = 0,
            end_commits = 0, failed_commits = 0, resumes = 0, refused = 0, optional_selected = 0,
-           optional_refused_choice = 0, planned_drops = 0, tree_checks = 0;
+           optional_refused_choice = 0, planned_drops = 0, tree_checks = 0, adjustments = 0;
 };
 
 uint64_t test_seed() {
@@ -207,6 +207,17 @@ void run_reuse(uint64_t seed, const LifecycleModel& model) {
       r = Request{};
     }
     ASSERT_EQ(checker.check(*m), "") << where << " op " << n.ops;
+    if (model.pool_rebalance && m->need_adjustment()) {
+      const Result<bool> moved = m->adjust();
+      ASSERT_TRUE(moved.is_ok()) << where << " op " << n.ops << ": " << moved.status().to_string();
+      n.adjustments += *moved ? 1 : 0;
+      ASSERT_EQ(checker.check(*m), "") << where << " op " << n.ops << " after adjust";
+      for (Request& q : requests) {  // pages that moved within their tier keep their bytes
+        if (!q.cache || q.cache->state() != CacheState::kActive) continue;
+        const Status v = engine.verify(*q.cache, q.fake);
+        ASSERT_TRUE(v.is_ok()) << where << " op " << n.ops << " after adjust: " << v.message();
+      }
+    }
     if (n.ops % 200 == 0) {
       // Tree pages never change while they are in the tree (moves between tiers copy them).
       std::map<std::pair<BlockKey, uint32_t>, uint64_t> now;
@@ -238,14 +249,17 @@ void run_reuse(uint64_t seed, const LifecycleModel& model) {
   std::printf(
       "ops %llu: creates %llu (reused %llu, %llu tokens), steps %llu, commits %llu "
       "(end %llu, failed %llu), resumes %llu, refused %llu, OPTIONAL selected %llu, "
-      "invalid choices %llu, planned drops %llu, tree checks %llu\n",
+      "invalid choices %llu, planned drops %llu, tree checks %llu, rebalancing steps %llu\n",
       (unsigned long long)n.ops, (unsigned long long)n.creates,
       (unsigned long long)n.reused_creates, (unsigned long long)n.reused_tokens,
       (unsigned long long)n.steps, (unsigned long long)n.commits, (unsigned long long)n.end_commits,
       (unsigned long long)n.failed_commits, (unsigned long long)n.resumes,
       (unsigned long long)n.refused, (unsigned long long)n.optional_selected,
       (unsigned long long)n.optional_refused_choice, (unsigned long long)n.planned_drops,
-      (unsigned long long)n.tree_checks);
+      (unsigned long long)n.tree_checks, (unsigned long long)n.adjustments);
+  if (model.pool_rebalance) {
+    EXPECT_GT(n.adjustments, 0u);
+  }
   EXPECT_GT(n.reused_creates, 0u);
   EXPECT_GT(n.optional_selected, 0u);
   EXPECT_GT(n.end_commits, 0u);
@@ -262,6 +276,14 @@ TEST(RandomizedReuse, SharedPrefixesForksAndCommitsKeepEveryPageIntact) {
 TEST(RandomizedReuse, WindowPagesHeldUntilTheirCommitKeepEveryPageIntact) {
   LifecycleModel model = reuse_model();
   model.commit_min_snapshot = false;
+  run_reuse(test_seed(), model);
+}
+
+// One budget: between operations the pool groups trade slots whenever one is under more
+// pressure (ManagerCore::rebalance_target); moved pages keep their bytes.
+TEST(RandomizedReuse, RebalancingPoolsKeepEveryPageIntact) {
+  LifecycleModel model = reuse_model();
+  model.pool_rebalance = true;
   run_reuse(test_seed(), model);
 }
 

@@ -80,6 +80,9 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   serving.num_spec_tokens = o.spec_tokens;
   serving.tokens_per_block = 32;
   serving.typical_len = o.typical_len;
+  if (o.rebalance != "on" && o.rebalance != "off")
+    return Status::invalid("--rebalance: '" + o.rebalance + "' is not on or off");
+  serving.pool_rebalance = o.rebalance == "on";
   Result<SnapshotPolicy> policy = parse_policy(o.snapshot_policy);
   if (!policy) return policy.status();
   serving.snapshots = *policy;
@@ -184,7 +187,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--arrival", o.arrival, "asap or timestamps");
   sim->add_option("--step-ms", o.step_ms, "simulated milliseconds per step (timestamps)");
   sim->add_option("--typical-len", o.typical_len,
-                  "tokens per request of the typical step that shapes the pool split");
+                  "tokens per request of the typical step that shapes the starting pool split");
+  sim->add_option("--rebalance", o.rebalance,
+                  "on: pool groups trade slots while serving (one budget); off: fixed split");
   sim->add_option("--json", o.json, "write the report as JSON");
   sim->add_option("--svg", o.svg, "write a plot of reuse and memory over time");
   sim->add_option("--write-trace", o.write_trace,

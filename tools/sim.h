@@ -26,8 +26,8 @@ struct SimOptions {
   bool attention_only = false;
   std::string arrival = "asap";  // asap | timestamps
   uint64_t step_ms = 10;
-  uint64_t typical_len = 8192;  // shapes the split between state and attention pools         //
-                                // simulated time per step with --arrival timestamps
+  uint64_t typical_len = 8192;   // shapes the split between state and attention pools
+  std::string rebalance = "on";  // on: the pool groups trade slots while serving
   std::string json;
   std::string svg;
   std::string write_trace;  // the requests read, as Mooncake JSONL

@@ -41,6 +41,8 @@ struct SimCounters {
   uint64_t bytes_offload_cancelled = 0;  // offloads whose page died before the copy ran
   uint64_t pages_dropped = 0;
   uint64_t device_copies = 0;
+  uint64_t adjustments = 0;                      // rebalancing steps taken
+  std::vector<std::vector<uint64_t>> end_slots;  // per tier, per pool group: slots at the end
   std::vector<double> step_us;  // manager CPU time per step
   std::vector<uint64_t> peak;   // peak GPU slots per pool group
   std::vector<Sample> samples;

@@ -81,6 +81,7 @@ class Scheduler {
   void recompute(Running victim);
   void finish(Running& r);
   void record_step();
+  void rebalance();
   void progress(bool last);
   std::string stuck_message() const;
 
@@ -307,6 +308,16 @@ void Scheduler::step() {
   }
 }
 
+// One budget: the scheduler lets the manager move slots between pool groups between steps.
+void Scheduler::rebalance() {
+  if (!h_.serving().pool_rebalance) return;
+  KvCacheManager& m = h_.manager();
+  if (!timed([&] { return m.need_adjustment(); })) return;
+  const Result<bool> moved = timed([&] { return m.adjust(); });
+  check(moved.status(), "adjust");
+  if (moved.is_ok() && *moved) ++c_.adjustments;
+}
+
 void Scheduler::record_step() {
   const IterationStats it = h_.manager().take_iteration_stats();
   c_.bytes_offloaded += it.bytes_offloaded;
@@ -373,9 +384,14 @@ SimCounters Scheduler::run() {
     }
     step();
     if (!c_.error.empty()) break;
+    rebalance();
     record_step();
     if (steps_without_progress_ >= kStuckSteps) c_.error = stuck_message();
     progress(false);
+  }
+  for (const TierStorage& t : h_.manager().storage_stats().tiers) {
+    c_.end_slots.emplace_back();
+    for (const PoolGroupStorage& pg : t.pool_groups) c_.end_slots.back().push_back(pg.total_slots);
   }
   if (c_.error.empty()) {
     c_.samples.push_back({c_.steps, c_.reused_tokens, c_.bound_tokens, {}});

@@ -72,7 +72,8 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"attention_only", o.attention_only},
           {"arrival", o.arrival},
           {"step_ms", o.step_ms},
-          {"typical_len", o.typical_len}};
+          {"typical_len", o.typical_len},
+          {"rebalance", o.rebalance}};
 }
 
 // What ran, before the figures.
@@ -128,6 +129,8 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_
   j["bytes_onboarded"] = c.bytes_onboarded;
   j["pages_dropped"] = c.pages_dropped;
   j["device_copies"] = c.device_copies;
+  j["rebalancing_steps"] = c.adjustments;
+  j["slots_at_end"] = c.end_slots;
   j["peak_gpu_slots"] = c.peak;
   j["manager_us_per_step_median"] = f.times.median;
   j["manager_us_per_step_p99"] = f.times.p99;
@@ -179,7 +182,19 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
                 static_cast<ull>(c.peak[pg.id.value]),
                 static_cast<ull>(plan.slots(TierKind::kGpu, pg.id)));
   }
-  std::printf("\nmanager CPU / step  median %.1f us, p99 %.1f us\n", f.times.median, f.times.p99);
+  std::printf("\n");
+  if (o.rebalance == "on") {
+    std::printf("rebalancing         %llu steps; slots at the end:", static_cast<ull>(c.adjustments));
+    for (size_t t = 0; t < c.end_slots.size(); ++t) {
+      std::printf(" %s", tier_kind_name(plan.tiers()[t].kind));
+      for (const PoolGroup& pg : plan.pool_groups())
+        std::printf(" %s %llu", pool_group_name(plan, pg).c_str(),
+                    static_cast<ull>(c.end_slots[t][pg.id.value]));
+      std::printf(";");
+    }
+    std::printf("\n");
+  }
+  std::printf("manager CPU / step  median %.1f us, p99 %.1f us\n", f.times.median, f.times.p99);
   if (o.verify && engine != nullptr) {
     std::printf("verify              %llu mismatches, %llu pages checked\n",
                 static_cast<ull>(c.mismatches), static_cast<ull>(engine->pages_checked()));

@@ -98,6 +98,11 @@ struct ManagerConfig {
   std::vector<TierConfig> tiers;      // warmest first; the first must be GPU
   double max_util_for_resume = 0.97;  // resume refused above this GPU pool utilization; (0, 1]
   std::optional<uint32_t> max_live_kv_caches;  // bound on active + suspended caches
+  // One budget per tier: the pool groups trade slots while serving (KvCacheManager::
+  // need_adjustment / adjust) instead of keeping the split the plan started from. Each elastic
+  // pool group reserves room for the whole tier (address space; the host backend touches only
+  // what is used).
+  bool pool_rebalance = false;
 
   // --- reuse ---
   bool enable_block_reuse = true;     // false: nothing is published; SSM pools at the live floor

@@ -70,6 +70,7 @@ struct ServingConfig {
   bool enable_block_reuse = true;
   bool enable_partial_reuse = true;  // a match may end inside a block (its tail is copied)
   uint64_t typical_len = 2048;       // tokens per request of the typical step (pool ratio)
+  bool pool_rebalance = false;       // ManagerConfig::pool_rebalance: the split follows use
   SnapshotPolicy snapshots;
 };
 

@@ -82,6 +82,15 @@ class KvCacheManager {
   // alone exceeding a pool group's new slots (kFailedPrecondition), HELD pages with nowhere to
   // go (kOutOfPages). plan() keeps describing the quotas the manager was built with.
   [[nodiscard]] Status set_quota(TierKind tier, uint64_t quota_bytes);
+  // --- one budget (ManagerConfig::pool_rebalance) ---
+  // Whether a rebalancing step would move slots between pool groups now: a pool group whose
+  // next victim is much younger than another's (one LRU over the tier's bytes would keep them
+  // equal) and that has evicted since the last step. Cheap; false with rebalancing off.
+  bool need_adjustment() const;
+  // Takes that step on every tier that needs it: about 1/128 of the tier moves toward the
+  // pressed pool group (pages above the donor's new end move within the tier; ACTIVE caches'
+  // tables follow). Returns whether anything moved; kFailedPrecondition with rebalancing off.
+  Result<bool> adjust();
   // Refused (kFailedPrecondition) while caches are open.
   [[nodiscard]] Status shutdown();
 

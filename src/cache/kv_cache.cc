@@ -119,6 +119,8 @@ std::vector<CacheEvent> KvCacheManager::take_events() { return core_->take_event
 ReuseStats KvCacheManager::reuse_stats() const { return core_->reuse_stats(); }
 ReuseStats KvCacheManager::take_reuse_stats() { return core_->take_reuse_stats(); }
 Result<uint64_t> KvCacheManager::quota(TierKind tier) const { return core_->quota(tier); }
+bool KvCacheManager::need_adjustment() const { return core_->need_adjustment(); }
+Result<bool> KvCacheManager::adjust() { return core_->adjust(); }
 Status KvCacheManager::set_quota(TierKind tier, uint64_t quota_bytes) {
   return core_->set_quota(tier, quota_bytes);
 }

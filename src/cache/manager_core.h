@@ -86,6 +86,8 @@ class ManagerCore {
   // quota.cc
   Result<uint64_t> quota(TierKind kind) const;
   Status set_quota(TierKind kind, uint64_t bytes);
+  bool need_adjustment() const;
+  Result<bool> adjust();
   StorageStats storage_stats() const;
   Status shutdown();
 
@@ -148,6 +150,16 @@ class ManagerCore {
   void record_lookup(const CacheRecord& rec, bool optional_only);
 
   Result<std::vector<uint64_t>> quota_slots(storage::TierIndex tier, uint64_t bytes) const;
+  // Whether the tier's pool groups can take these slot counts now (nothing changes).
+  Status check_slots(storage::TierIndex tier, const std::vector<uint64_t>& want,
+                     const std::string& what) const;
+  // Requires: check_slots passed. Resizes the pools; ACTIVE caches' tables follow moved pages.
+  void apply_slots(storage::TierIndex tier, const std::vector<uint64_t>& want);
+
+  // rebalance.cc
+  // The slot counts one rebalancing step would give the tier (nullopt: leave it as it is).
+  std::optional<std::vector<uint64_t>> rebalance_target(storage::TierIndex tier) const;
+  uint64_t gpu_floor(const PoolGroup& pg) const;
 
   // scratch.cc
   std::vector<BlockRange> scratch_plan(const CacheRecord& rec, uint64_t capacity, uint64_t history,

@@ -40,8 +40,15 @@ Result<std::vector<uint64_t>> ManagerCore::quota_slots(storage::TierIndex t, uin
   }
   Result<std::vector<uint64_t>> want = estimate_slots(plan_.config(), tp.kind, bytes);
   if (!want) return Status::invalid(what + ": " + want.status().message());
+  if (Status s = check_slots(t, *want, what); !s) return s;
+  return want;
+}
+
+Status ManagerCore::check_slots(storage::TierIndex t, const std::vector<uint64_t>& want,
+                                const std::string& what) const {
+  const TierPlan& tp = plan_.tiers()[t.value];
   for (const PoolGroup& pg : plan_.pool_groups()) {
-    const uint64_t n = (*want)[pg.id.value], reserved = tp.reserved_slots[pg.id.value];
+    const uint64_t n = want[pg.id.value], reserved = tp.reserved_slots[pg.id.value];
     const std::string where = what + ": pool group " + std::to_string(pg.id.value) + " needs " +
                               std::to_string(n) + " slots";
     if (n > reserved) {
@@ -64,7 +71,26 @@ Result<std::vector<uint64_t>> ManagerCore::quota_slots(storage::TierIndex t, uin
                                                  "colder tier with room)");
     }
   }
-  return want;
+  return Status::ok();
+}
+
+void ManagerCore::apply_slots(storage::TierIndex t, const std::vector<uint64_t>& want) {
+  CopyEvent moved;
+  for (const PoolGroup& pg : plan_.pool_groups()) {
+    const uint64_t n = want[pg.id.value];
+    const storage::Storage::SlotCounts c = storage_.counts(t, pg.id);
+    if (n < c.total && c.free < c.total - n) storage_.make_room(t, pg.id, c.total - n);
+    const CopyEvent e = storage_.resize_pool(t, pg.id, n);
+    if (e.ticket > moved.ticket) moved = e;
+  }
+  if (moved.ticket == 0) return;
+  // Pages of ACTIVE caches may sit in other slots now: their tables follow, and the kernels
+  // wait for the copies.
+  for (CacheRecord& rec : caches_) {
+    if (!rec.in_use || !rec.active()) continue;
+    rec.note_ready(moved);
+    rebuild_tables(rec);
+  }
 }
 
 Status ManagerCore::set_quota(TierKind kind, uint64_t bytes) {
@@ -74,22 +100,8 @@ Status ManagerCore::set_quota(TierKind kind, uint64_t bytes) {
   Result<std::vector<uint64_t>> want = quota_slots(*t, bytes);
   if (!want) return want.status();
   // Nothing can fail from here on.
-  CopyEvent moved;
-  for (const PoolGroup& pg : plan_.pool_groups()) {
-    const uint64_t n = (*want)[pg.id.value];
-    const storage::Storage::SlotCounts c = storage_.counts(*t, pg.id);
-    if (n < c.total && c.free < c.total - n) storage_.make_room(*t, pg.id, c.total - n);
-    const CopyEvent e = storage_.resize_pool(*t, pg.id, n);
-    if (e.ticket > moved.ticket) moved = e;
-  }
+  apply_slots(*t, *want);
   quotas_[t->value] = bytes;
-  // Pages of ACTIVE caches may sit in other slots now: their tables follow, and the kernels
-  // wait for the copies.
-  for (CacheRecord& rec : caches_) {
-    if (!rec.in_use || !rec.active()) continue;
-    rec.note_ready(moved);
-    rebuild_tables(rec);
-  }
   after_mutation();
   return Status::ok();
 }

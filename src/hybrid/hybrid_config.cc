@@ -184,6 +184,7 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
   c.max_live_kv_caches = static_cast<uint32_t>(max_live_caches(s));
   c.enable_block_reuse = s.enable_block_reuse;
   c.enable_partial_reuse = s.enable_partial_reuse;
+  c.pool_rebalance = s.pool_rebalance;
   c.commit_min_snapshot = true;  // snapshot points need not be block-aligned
   c.typical_step =
       BatchShape{std::vector<RequestShape>(s.max_batch,

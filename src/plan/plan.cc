@@ -11,6 +11,22 @@ namespace hybridkv {
 
 using plan_detail::Structure;
 
+namespace {
+
+// With rebalancing every elastic pool group may grow to the whole tier.
+void reserve_whole_tier(const std::vector<PoolGroup>& groups, const TierConfig& config,
+                        TierPlan& tier) {
+  const uint64_t most = std::max<uint64_t>(
+      tier.quota, plan_detail::round_to_grain(config.kind, config.max_quota_bytes));
+  for (const PoolGroup& pg : groups) {
+    if (pg.fixed_private || pg.live_floor || pg.slot_bytes == 0) continue;
+    uint64_t& r = tier.reserved_slots[pg.id.value];
+    r = std::max(r, most / pg.slot_bytes);
+  }
+}
+
+}  // namespace
+
 Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
   Result<Structure> structure = plan_detail::build_structure(config);
   if (!structure) return structure.status();
@@ -53,6 +69,7 @@ Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
       for (size_t i = 0; i < most.size(); ++i)
         tier.reserved_slots[i] = std::max(tier.reserved_slots[i], most[i]);
     }
+    if (config.pool_rebalance) reserve_whole_tier(plan.pool_groups_, t, tier);
     plan.tiers_.push_back(std::move(tier));
   }
   const std::optional<uint64_t> longest = plan.max_request_tokens();

@@ -1,5 +1,7 @@
 #include "storage/eviction_queue.h"
 
+#include <limits>
+
 #include "util/check.h"
 
 namespace hybridkv::storage {
@@ -42,6 +44,12 @@ void EvictionQueue::remove(PageId id) {
 
 PageId EvictionQueue::front() const {
   return buckets_.empty() ? kNoPage : buckets_.begin()->second.head;
+}
+
+PageId EvictionQueue::front_not_demoted() const {
+  // Demoted ranks are below every priority (Page::rank).
+  const auto it = buckets_.lower_bound(std::numeric_limits<int32_t>::min());
+  return it == buckets_.end() ? kNoPage : it->second.head;
 }
 
 std::vector<PageId> EvictionQueue::pages_in_order() const {

@@ -23,6 +23,8 @@ class EvictionQueue {
   void remove(PageId id);
   // The next victim, or kNoPage.
   PageId front() const;
+  // The first page in order that is not demoted, or kNoPage.
+  PageId front_not_demoted() const;
   uint64_t size() const { return size_; }
   // Every page in eviction order (for the checker and tests).
   std::vector<PageId> pages_in_order() const;

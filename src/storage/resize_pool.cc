@@ -1,4 +1,5 @@
-// Runtime quotas: a pool's slot count changes while pages live (KvCacheManager::set_quota).
+// Runtime quotas and rebalancing: a pool's slot count changes while pages live
+// (KvCacheManager::set_quota, adjust), and the pressure that tells where bytes are worth most.
 #include <algorithm>
 
 #include "storage/storage.h"
@@ -44,6 +45,17 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
   s.last_use.resize(total);
   s.total = total;
   return event;
+}
+
+uint64_t Storage::pressure_age(TierIndex tier, PoolGroupId pg) const {
+  const PoolSlots& s = slots(tier, pg);
+  if (!s.free.empty() && s.victims == 0) return UINT64_MAX;
+  const PageId next = s.droppable.front_not_demoted();
+  return next == kNoPage ? 0 : tick_ - page(next).lru_tick;
+}
+
+void Storage::reset_victims(TierIndex tier) {
+  for (PoolSlots& s : tiers_[tier.value].pools) s.victims = 0;
 }
 
 }  // namespace hybridkv::storage

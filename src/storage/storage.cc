@@ -69,6 +69,7 @@ void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
     const PageId victim = pick_victim(tier, pg, room_below);
     HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
               tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
+    if (!page(victim).demoted) ++slots(tier, pg).victims;
     if (room_below && worth_moving(page(victim))) {
       make_room(next, pg, 1);
       move(victim, next);

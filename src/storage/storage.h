@@ -65,6 +65,16 @@ class Storage {
   // Requires: max_room(tier, pg, none) >= n. Evicts until n slots are free.
   void make_room(TierIndex tier, PoolGroupId pg, uint64_t n);
 
+  // --- pressure (pool rebalancing) ---
+  // How long (in queue ticks) the page that (tier, pg) would evict next has waited: the oldest
+  // DROPPABLE page that is not demoted. UINT64_MAX with a free slot and no eviction since the
+  // last reset_victims (no pressure); 0 when only HELD or demoted pages are left. Under one LRU over all bytes every pool group would show
+  // the same age: the rebalancer moves bytes toward the youngest.
+  uint64_t pressure_age(TierIndex tier, PoolGroupId pg) const;
+  // Evictions of pages that were not demoted on (tier, pg) since the last reset_victims.
+  uint64_t victims(TierIndex tier, PoolGroupId pg) const { return slots(tier, pg).victims; }
+  void reset_victims(TierIndex tier);
+
   // --- page lifetimes ---
   // A fresh page of `group` on `tier`. Requires: a free slot; the caller calls add_ref or
   // set_owner on it before any other call.
@@ -118,6 +128,7 @@ class Storage {
     std::vector<SlotId> free;         // stack; lowest slot on top at start
     std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
     CopyEvent retired;                // the last copy that touched a slot since retired
+    uint64_t victims = 0;             // see Storage::victims
     EvictionQueue held;
     EvictionQueue droppable;
     explicit PoolSlots(std::vector<Page>* pages)

@@ -427,6 +427,42 @@ TEST(HybridSnapshots, AlignedEndSnapshotsAtTheLastGrainAndKvIsPublishedAtEveryCh
   EXPECT_EQ(h->cache(2)->reuse_match().hybrid_tokens, 1296u);  // KV past the snapshot is there
 }
 
+// Chat: the next turn repeats the prompt and the answer; commit_answer snapshots at the
+// answer's end, so the next turn resumes there instead of at the prompt.
+TEST(HybridSnapshots, CommitAnswerLetsTheNextTurnResumeAfterTheAnswer) {
+  ServingConfig s;
+  s.max_batch = 2;
+  s.tokens_per_block = 16;
+  s.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  s.snapshots.final_prompt_boundary = false;
+  s.snapshots.answer_end = true;
+  auto h =
+      std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s, {BackendKind::kNone}))
+          .value();
+  std::vector<int32_t> prompt(300), answer(50);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < answer.size(); ++i) answer[i] = static_cast<int32_t>(7000 + i);
+  ASSERT_OK(h->add_request(1, prompt));
+  ASSERT_OK(h->resume(1));
+  EXPECT_EQ(h->commit_answer(1, answer).code(), StatusCode::kFailedPrecondition);  // no prefill
+  ASSERT_OK(h->resize(1, 300, 0));
+  ASSERT_OK(h->resize(1, 300, 300));
+  ASSERT_OK(h->commit_at_snapshot(1));  // no snapshot point: KV only
+  // Decode 49 of the 50 answer tokens (the last one's KV is never computed).
+  ASSERT_OK(h->resize(1, 349, 300));
+  ASSERT_OK(h->resize(1, 349, 349));
+  EXPECT_EQ(h->commit_answer(1, std::span(answer).first(10)).code(),
+            StatusCode::kInvalidArgument);  // does not cover what the cache computed
+  ASSERT_OK(h->commit_answer(1, answer));
+  EXPECT_EQ(h->cache(1)->committed_tokens(), 349u);
+  ASSERT_OK(h->free_request(1));
+  std::vector<int32_t> next(prompt);
+  next.insert(next.end(), answer.begin(), answer.end());
+  next.resize(500, 9);
+  ASSERT_OK(h->add_request(2, next));
+  EXPECT_EQ(h->cache(2)->reuse_match().reused_tokens, 349u);
+}
+
 TEST(HybridSnapshots, BranchAndDemandPointsEndChunksWhereTheTreeForksOrWasWanted) {
   ServingConfig s;
   s.max_batch = 2;

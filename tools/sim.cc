@@ -54,6 +54,8 @@ Result<SnapshotPolicy> parse_policy(const std::string& text) {
       p.final_prompt_boundary = true;
     } else if (item == "no-end") {
       p.final_prompt_boundary = false;
+    } else if (item == "answer") {
+      p.answer_end = true;
     } else if (item.rfind("start:", 0) == 0 || item.rfind("from-end:", 0) == 0) {
       try {
         const uint64_t v = std::stoull(item.substr(item.find(':') + 1));
@@ -64,8 +66,8 @@ Result<SnapshotPolicy> parse_policy(const std::string& text) {
     } else {
       return Status::invalid(
           "--snapshot-policy: '" + item +
-          "' is not periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, branch or "
-          "demand");
+          "' is not periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, branch "
+          "or demand");
     }
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -178,7 +180,8 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--max-tokens-per-step", o.max_tokens_per_step, "token budget per step");
   sim->add_option(
       "--snapshot-policy", o.snapshot_policy,
-      "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, branch, demand");
+      "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, "
+      "branch, demand");
   sim->add_option("--spec-tokens", o.spec_tokens, "speculative tokens (replay buffers)");
   sim->add_option("--backend", o.backend,
                   "none (metadata only, any scale) or host (real bytes in host memory)");

@@ -234,8 +234,13 @@ bool Scheduler::preempt_for(const Running& for_request) {
 }
 
 void Scheduler::finish(Running& r) {
-  // Generated tokens are not committed: in these traces a later prompt never holds an earlier
-  // request's output (it arrives as new hash ids).
+  // Generated tokens are committed only with the `answer` policy: in Mooncake traces a later
+  // prompt never holds an earlier request's output (it arrives as new hash ids).
+  if (h_.serving().snapshots.answer_end) {
+    const std::vector<int32_t> output = output_tokens(reqs_[r.index]);
+    const Status s = timed([&] { return h_.commit_answer(r.index, output); });
+    if (!s.is_ok() && s.code() != StatusCode::kOutOfPages) check(s, "commit answer");
+  }
   if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify before free");
   check(timed([&] { return h_.free_request(r.index); }), "free");
   ++finished_;

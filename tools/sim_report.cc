@@ -1,4 +1,5 @@
 // The report of `hybridkv sim`: text on stdout, --json, and the --svg plot.
+#include <array>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -26,6 +27,7 @@ struct Figures {
   uint64_t bound = 0;
   uint64_t snapshot_hits = 0;
   uint64_t snapshot_lookups = 0;
+  std::array<uint64_t, 3> snapshot_tiers{};  // snapshot pages served per tier (GPU, host, disk)
   StepTimes times;
   double share(uint64_t part, uint64_t whole) const {
     return whole ? static_cast<double>(part) / whole : 0;
@@ -122,6 +124,9 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_
   j["reused_share_of_prompt"] = f.share(c.reused_tokens, c.prompt_tokens);
   j["reused_share_of_bound"] = f.share(c.reused_tokens, f.bound);
   j["ssm_snapshot_hits"] = f.snapshot_hits;
+  j["ssm_snapshots_served_by_tier"] = {{"gpu", f.snapshot_tiers[0]},
+                                       {"host", f.snapshot_tiers[1]},
+                                       {"disk", f.snapshot_tiers[2]}};
   j["ssm_snapshot_lookups"] = f.snapshot_lookups;
   j["suspends"] = c.suspends;
   j["resumes"] = c.resumes;
@@ -160,8 +165,12 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
       static_cast<ull>(c.reused_tokens), 100 * f.share(c.reused_tokens, c.prompt_tokens),
       static_cast<ull>(f.bound), 100 * f.share(f.bound, c.prompt_tokens),
       100 * f.share(c.reused_tokens, f.bound));
-  std::printf("SSM snapshot hits   %llu of %llu lookups (re-admissions after recompute count)\n",
-              static_cast<ull>(f.snapshot_hits), static_cast<ull>(f.snapshot_lookups));
+  std::printf(
+      "SSM snapshot hits   %llu of %llu lookups (re-admissions after recompute count); served "
+      "from GPU %llu, host %llu, disk %llu\n",
+      static_cast<ull>(f.snapshot_hits), static_cast<ull>(f.snapshot_lookups),
+      static_cast<ull>(f.snapshot_tiers[0]), static_cast<ull>(f.snapshot_tiers[1]),
+      static_cast<ull>(f.snapshot_tiers[2]));
   std::printf(
       "preemptions         %llu suspended (pages kept) / %llu resumed; %llu freed and "
       "recomputed; %llu admissions waited for room\n",
@@ -213,6 +222,7 @@ int report(const SimOptions& o, const ModelDescription& model,
     const ReuseStats rs = h.manager().reuse_stats();
     f.snapshot_hits = rs.groups[h.state_group()->value].hits;
     f.snapshot_lookups = rs.groups[h.state_group()->value].lookups;
+    f.snapshot_tiers = rs.groups[h.state_group()->value].served_by_tier;
   }
   const nlohmann::json j = to_json(o, model, reqs.size(), c, f, engine, seconds);
   print_header(o, model, h, reqs.size());

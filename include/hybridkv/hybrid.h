@@ -49,6 +49,10 @@ struct SnapshotPolicy {
   bool branch_point = false;                 // where the prompt leaves the tree
   bool demand_driven = false;                // where lookups found attention reuse past the
                                              // last snapshot
+  // At the request's end, the prompt and the generated answer (chat: the next turn repeats
+  // both) are committed with a snapshot there: the engine calls commit_answer() before
+  // free_request().
+  bool answer_end = false;
 };
 
 struct ServingConfig {
@@ -131,6 +135,11 @@ class HybridCacheManager {
   // snapshot point, else the KV of its full blocks only (KV is published whether or not a
   // snapshot is taken; the policy decides only where states are copied).
   Status commit_at_snapshot(uint64_t request_id);
+  // Commits the rest of the prompt and the generated tokens the cache has computed
+  // ([committed, history) of prompt + generated), with the SSM states at history: the point a
+  // chat's next turn resumes from. Requires: the prompt computed (kFailedPrecondition) and
+  // `generated` covering history (kInvalidArgument). Nothing to do when history is committed.
+  Status commit_answer(uint64_t request_id, std::span<const int32_t> generated);
 
   // --- per step ---
   struct StepEntry {

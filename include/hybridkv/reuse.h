@@ -72,6 +72,7 @@ struct GroupReuseStats {
   uint64_t unaligned_snapshot_hits = 0;  // SSM: snapshot inside a block
   uint64_t snapshots_stored = 0;         // SSM: snapshots published to the tree
   uint64_t snapshots_removed = 0;        // SSM: snapshots dropped or unlinked
+  std::array<uint64_t, 3> served_by_tier{};  // matched pages by their tier at match time
 };
 
 struct ReuseStats {

@@ -208,6 +208,31 @@ Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
   return point ? r->cache->commit(tokens) : r->cache->commit_kv(tokens);
 }
 
+Status HybridCacheManager::commit_answer(uint64_t id, std::span<const int32_t> generated) {
+  Request* r;
+  if (Status s = lookup(id, &r); !s) return s;
+  const uint64_t history = r->cache->history();
+  const uint64_t committed = r->cache->committed_tokens();
+  const uint64_t prompt = r->prompt.size();
+  const std::string what = "commit_answer(request " + std::to_string(id) + ")";
+  if (history < prompt) {
+    return Status(StatusCode::kFailedPrecondition, what + ": the prompt is computed up to " +
+                                                       std::to_string(history) + " of " +
+                                                       std::to_string(prompt) + " tokens");
+  }
+  if (generated.size() < history - prompt) {
+    return Status::invalid(what + ": " + std::to_string(generated.size()) +
+                           " generated tokens, but the cache computed " +
+                           std::to_string(history - prompt));
+  }
+  if (history <= committed) return Status::ok();
+  std::vector<int32_t> tokens;
+  tokens.reserve(history - committed);
+  for (uint64_t i = committed; i < history; ++i)
+    tokens.push_back(i < prompt ? r->prompt[i] : generated[i - prompt]);
+  return r->cache->commit(tokens);
+}
+
 Result<HybridCacheManager::Step> HybridCacheManager::prepare_step(
     std::span<const uint64_t> request_ids, uint32_t num_dummies) {
   if (num_dummies > dummies_.size()) {

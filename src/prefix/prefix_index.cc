@@ -65,7 +65,9 @@ void PrefixIndex::record_lookup(const ReuseMatch& m, std::span<const CacheGroupI
 }
 
 void PrefixIndex::record_served(PageId page) {
-  ++stats_.pages_served_by_tier[static_cast<size_t>(storage_.page(page).tier)];
+  const storage::Page& p = storage_.page(page);
+  ++stats_.pages_served_by_tier[static_cast<size_t>(p.tier)];
+  ++stats_.groups[p.group.value].served_by_tier[static_cast<size_t>(p.tier)];
   note_served(page);
 }
 

@@ -13,5 +13,5 @@ fi
 echo "demo: hybridkv sim on 1,000 requests, GPU tier 2 GiB + host tier 4 GiB (host memory)"
 ./build/release/hybridkv sim --model models/nemotron_h_8b.json \
   --trace data/mooncake_conversation_first1000.jsonl --backend host --tp 8 \
-  --gpu-quota 2GiB --host-quota 4GiB --max-batch 16 \
+  --gpu-quota 2GiB --host-quota 4GiB --max-batch 16 --compare \
   --svg build/release/sim.svg "$@"

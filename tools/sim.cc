@@ -85,6 +85,12 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   if (o.rebalance != "on" && o.rebalance != "off")
     return Status::invalid("--rebalance: '" + o.rebalance + "' is not on or off");
   serving.pool_rebalance = o.rebalance == "on";
+  if (o.offload != "selective" && o.offload != "all")
+    return Status::invalid("--offload: '" + o.offload + "' is not selective or all");
+  serving.selective_offload = o.offload == "selective";
+  if (o.eviction != "snapshot-aware" && o.eviction != "lru")
+    return Status::invalid("--eviction: '" + o.eviction + "' is not snapshot-aware or lru");
+  serving.snapshot_aware_eviction = o.eviction == "snapshot-aware";
   Result<SnapshotPolicy> policy = parse_policy(o.snapshot_policy);
   if (!policy) return policy.status();
   serving.snapshots = *policy;
@@ -163,6 +169,34 @@ Result<ModelDescription> model_from(const SimOptions& o) {
   return model;
 }
 
+// --compare: the same trace and quotas with the recurrent layers dropped (none backend), and
+// the share of its reuse that the hybrid run reached: the figure hybrid reuse is judged by.
+int compare_attention_only(const SimOptions& o, const std::vector<TraceRequest>& trace,
+                           const std::vector<uint64_t>& bound, uint64_t hybrid_reused) {
+  SimOptions a = o;
+  a.attention_only = true;
+  a.backend = "none";
+  a.verify = false;
+  a.quiet = true;
+  Result<ServingConfig> serving = serving_from(a);
+  Result<ModelDescription> model = model_from(a);
+  if (!serving || !model) return fail("--compare: the attention-only model cannot be built");
+  Result<BackendOptions> backend = backend_from(a);
+  Result<std::unique_ptr<HybridCacheManager>> created =
+      HybridCacheManager::create(*model, *serving, *backend);
+  if (!created) return fail("--compare: " + created.status().message());
+  const SimCounters c = run_scheduler(a, trace, bound, **created, nullptr);
+  if (!c.error.empty()) return fail("--compare: " + c.error);
+  std::printf(
+      "vs attention-only  %.3f of the %llu tokens the same model without its recurrent layers "
+      "reuses at the same bytes (hybrid: %llu)\n",
+      c.reused_tokens ? static_cast<double>(hybrid_reused) / c.reused_tokens : 0.0,
+      static_cast<unsigned long long>(c.reused_tokens),
+      static_cast<unsigned long long>(hybrid_reused));
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 void add_sim_command(CLI::App& app, SimOptions& o) {
@@ -193,11 +227,19 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "tokens per request of the typical step that shapes the starting pool split");
   sim->add_option("--rebalance", o.rebalance,
                   "on: pool groups trade slots while serving (one budget); off: fixed split");
+  sim->add_option("--offload", o.offload,
+                  "selective: evicted pages worth nothing to a hybrid request are dropped, not "
+                  "copied down a tier; all: every evicted page that fits below is copied");
+  sim->add_option("--eviction", o.eviction,
+                  "snapshot-aware: pages no request can resume from go first; lru: plain LRU");
   sim->add_option("--json", o.json, "write the report as JSON");
   sim->add_option("--svg", o.svg, "write a plot of reuse and memory over time");
   sim->add_option("--write-trace", o.write_trace,
                   "write the requests read (e.g. a synthetic trace) as Mooncake JSONL");
   sim->add_flag("--quiet", o.quiet, "no progress output");
+  sim->add_flag("--compare", o.compare,
+                "also run --attention-only (none backend, same quotas) and print the share of "
+                "its reuse this run reached");
 }
 
 int run_sim_command(const SimOptions& o) {
@@ -237,7 +279,9 @@ int run_sim_command(const SimOptions& o) {
   h.manager().synchronize();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return report(o, *model, *trace, h, counters, engine.get(), seconds);
+  const int rc = report(o, *model, *trace, h, counters, engine.get(), seconds);
+  if (rc != 0 || !o.compare || o.attention_only) return rc;
+  return compare_attention_only(o, *trace, bound, counters.reused_tokens);
 }
 
 }  // namespace hybridkv::tools

@@ -28,10 +28,13 @@ struct SimOptions {
   uint64_t step_ms = 10;
   uint64_t typical_len = 8192;   // shapes the split between state and attention pools
   std::string rebalance = "on";  // on: the pool groups trade slots while serving
+  std::string offload = "selective";  // selective: demoted pages are dropped, not copied down
+  std::string eviction = "snapshot-aware";  // or lru
   std::string json;
   std::string svg;
   std::string write_trace;  // the requests read, as Mooncake JSONL
   bool quiet = false;
+  bool compare = false;  // also run --attention-only and print the share
 };
 
 void add_sim_command(CLI::App& app, SimOptions& options);

@@ -75,7 +75,9 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"arrival", o.arrival},
           {"step_ms", o.step_ms},
           {"typical_len", o.typical_len},
-          {"rebalance", o.rebalance}};
+          {"rebalance", o.rebalance},
+          {"offload", o.offload},
+          {"eviction", o.eviction}};
 }
 
 // What ran, before the figures.
@@ -187,7 +189,7 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
   }
   std::printf("peak GPU slots      ");
   for (const PoolGroup& pg : plan.pool_groups()) {
-    std::printf("%s: %llu of %llu  ", pool_group_name(plan, pg).c_str(),
+    std::printf("%s: %llu (plan %llu)  ", pool_group_name(plan, pg).c_str(),
                 static_cast<ull>(c.peak[pg.id.value]),
                 static_cast<ull>(plan.slots(TierKind::kGpu, pg.id)));
   }

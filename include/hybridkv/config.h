@@ -103,6 +103,14 @@ struct ManagerConfig {
   // pool group reserves room for the whole tier (address space; the host backend touches only
   // what is used).
   bool pool_rebalance = false;
+  // A DROPPABLE page evicted from a tier goes down to the next one only when it is worth the
+  // bus: not demoted by the prefix index (KV no snapshot can resume into, superseded
+  // snapshots). false: every evicted page that fits below is copied down.
+  bool selective_offload = true;
+  // With a REQUIRED SSM group, the prefix index demotes tree pages no request can resume from
+  // (KV past the deepest snapshot of every path under it, superseded snapshots): they are
+  // evicted first. false: plain (priority, LRU) order.
+  bool snapshot_aware_eviction = true;
 
   // --- reuse ---
   bool enable_block_reuse = true;     // false: nothing is published; SSM pools at the live floor

@@ -75,6 +75,8 @@ struct ServingConfig {
   bool enable_partial_reuse = true;  // a match may end inside a block (its tail is copied)
   uint64_t typical_len = 2048;       // tokens per request of the typical step (pool ratio)
   bool pool_rebalance = false;       // ManagerConfig::pool_rebalance: the split follows use
+  bool selective_offload = true;     // ManagerConfig::selective_offload
+  bool snapshot_aware_eviction = true;  // ManagerConfig::snapshot_aware_eviction
   SnapshotPolicy snapshots;
 };
 

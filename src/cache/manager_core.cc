@@ -249,6 +249,8 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
   return id;
 }
 
+// Deepest blocks first (for_each_page): the pages enter the eviction queues in that order, so
+// that LRU evicts a released path from its end, not a block every deeper one needs.
 void ManagerCore::release_all_pages(CacheRecord& rec) {
   const Ref ref = rec.active() ? Ref::kActive : Ref::kSuspended;
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) { storage_.drop_ref(pid, ref); });

@@ -106,7 +106,7 @@ class ManagerCore {
   // Debug builds: aborts with the first broken invariant after a mutation (DESIGN §9).
   void after_mutation() const;
   std::string check_locked() const;
-  // Visits every distinct page of a cache once: fn(page, group, block).
+  // Visits every distinct page of a cache once, deepest block first: fn(page, group, block).
   template <typename Fn>
   void for_each_page(const CacheRecord& rec, Fn&& fn) const;
   void release_all_pages(CacheRecord& rec);
@@ -217,7 +217,7 @@ void ManagerCore::for_each_page(const CacheRecord& rec, Fn&& fn) const {
       continue;
     }
     const uint64_t blocks = gs.pages.size() / rec.beam_width;
-    for (uint64_t b = 0; b < blocks; ++b) {
+    for (uint64_t b = blocks; b-- > 0;) {  // deepest first (see release_all_pages)
       for (uint32_t k = 0; k < rec.beams_at(b); ++k) {
         const PageId id = gs.pages[b * rec.beam_width + k];
         if (id != kNoPage) fn(id, g, b);

@@ -185,6 +185,8 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
   c.enable_block_reuse = s.enable_block_reuse;
   c.enable_partial_reuse = s.enable_partial_reuse;
   c.pool_rebalance = s.pool_rebalance;
+  c.selective_offload = s.selective_offload;
+  c.snapshot_aware_eviction = s.snapshot_aware_eviction;
   c.commit_min_snapshot = true;  // snapshot points need not be block-aligned
   c.typical_step =
       BatchShape{std::vector<RequestShape>(s.max_batch,

@@ -17,6 +17,7 @@ using storage::kNoPage;
 using storage::PageId;
 
 std::optional<CacheGroupId> PrefixIndex::find_resume_group(const StoragePlan& plan) {
+  if (!plan.config().snapshot_aware_eviction) return std::nullopt;
   for (const CacheGroup& g : plan.cache_groups()) {
     if (g.kind == GroupKind::kSsm && g.policy == ReusePolicy::kRequired) return g.id;
   }

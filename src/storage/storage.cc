@@ -79,9 +79,10 @@ void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
   }
 }
 
-// A HELD page always moves down; a DROPPABLE one only when its owner has not demoted it.
+// A HELD page always moves down; a DROPPABLE one only when its owner has not demoted it
+// (ManagerConfig::selective_offload).
 bool Storage::worth_moving(const Page& p) const {
-  return p.state() == PageState::kHeld || !p.demoted;
+  return p.state() == PageState::kHeld || !p.demoted || !plan_.config().selective_offload;
 }
 
 SlotId Storage::take_slot(TierIndex tier, PoolGroupId pg) {

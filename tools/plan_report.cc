@@ -244,6 +244,11 @@ std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan)
     os << ": slot " << format_bytes(pg.slot_bytes) << " (" << with_commas(pg.slot_bytes) << " B, "
        << pg.pools.size() << " pools)";
     if (pg.fixed_private) os << ", fixed PRIVATE pool";
+    if (pg.snapshots_of) {
+      os << ", " << dtype_name(*c.snapshot_dtype) << " snapshots of cache group "
+         << pg.snapshots_of->value << " (live states stay in pool group "
+         << plan.cache_group(*pg.snapshots_of).pool_group.value << ")";
+    }
     if (pg.live_floor) os << ", held at the live floor";
     os << "\n        floor " << pg.floor_slots << " GPU slots = ceil(max(" << floor_text(pg)
        << ") / " << c.max_util_for_resume << ")\n";

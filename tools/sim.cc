@@ -91,6 +91,11 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   if (o.eviction != "snapshot-aware" && o.eviction != "lru")
     return Status::invalid("--eviction: '" + o.eviction + "' is not snapshot-aware or lru");
   serving.snapshot_aware_eviction = o.eviction == "snapshot-aware";
+  if (o.snapshot_dtype == "bf16") {
+    serving.snapshot_dtype = DType::kBF16;
+  } else if (o.snapshot_dtype != "fp32") {
+    return Status::invalid("--snapshot-dtype: '" + o.snapshot_dtype + "' is not fp32 or bf16");
+  }
   Result<SnapshotPolicy> policy = parse_policy(o.snapshot_policy);
   if (!policy) return policy.status();
   serving.snapshots = *policy;
@@ -232,6 +237,8 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "copied down a tier; all: every evicted page that fits below is copied");
   sim->add_option("--eviction", o.eviction,
                   "snapshot-aware: pages no request can resume from go first; lru: plain LRU");
+  sim->add_option("--snapshot-dtype", o.snapshot_dtype,
+                  "fp32, or bf16: snapshots keep fp32 states in bf16 (half the bytes)");
   sim->add_option("--json", o.json, "write the report as JSON");
   sim->add_option("--svg", o.svg, "write a plot of reuse and memory over time");
   sim->add_option("--write-trace", o.write_trace,

@@ -37,6 +37,10 @@ struct Figures {
 // What a pool group holds, for people: "state" (recurrent states and snapshots), "attention"
 // (KV blocks), "replay" (PRIVATE speculative-decoding state).
 std::string pool_group_name(const StoragePlan& plan, const PoolGroup& pg) {
+  if (pg.snapshots_of) {
+    return "pool group " + std::to_string(pg.id.value) + " (" +
+           dtype_name(*plan.config().snapshot_dtype) + " snapshots)";
+  }
   bool ssm = false, attention = false, private_only = true;
   for (CacheGroupId g : pg.groups) {
     const CacheGroup& group = plan.cache_group(g);
@@ -77,7 +81,8 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"typical_len", o.typical_len},
           {"rebalance", o.rebalance},
           {"offload", o.offload},
-          {"eviction", o.eviction}};
+          {"eviction", o.eviction},
+          {"snapshot_dtype", o.snapshot_dtype}};
 }
 
 // What ran, before the figures.

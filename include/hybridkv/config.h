@@ -111,6 +111,10 @@ struct ManagerConfig {
   // (KV past the deepest snapshot of every path under it, superseded snapshots): they are
   // evicted first. false: plain (priority, LRU) order.
   bool snapshot_aware_eviction = true;
+  // Reduced-precision snapshots (opt-in): SSM snapshots in the prefix tree keep their fp32
+  // buffers in this dtype (only kBF16) while live states stay fp32, converted on the copies
+  // between them. The snapshots get a pool group of their own (PoolGroup::snapshots_of).
+  std::optional<DType> snapshot_dtype;
 
   // --- reuse ---
   bool enable_block_reuse = true;     // false: nothing is published; SSM pools at the live floor

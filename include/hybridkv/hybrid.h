@@ -77,6 +77,7 @@ struct ServingConfig {
   bool pool_rebalance = false;       // ManagerConfig::pool_rebalance: the split follows use
   bool selective_offload = true;     // ManagerConfig::selective_offload
   bool snapshot_aware_eviction = true;  // ManagerConfig::snapshot_aware_eviction
+  std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype (reduced precision)
   SnapshotPolicy snapshots;
 };
 

@@ -63,6 +63,12 @@ struct PlannedBuffer {
   // block, and the pages that share takes (ScratchPool::pages_per_block).
   uint32_t scratch_page = 0;
   uint32_t scratch_pages_per_block = 0;
+  // Reduced-precision snapshots (SSM groups with CacheGroup::snapshot_pool_group): where and in
+  // what dtype a snapshot keeps this buffer (snapshot_size 0: no snapshot pool group).
+  uint32_t snapshot_pool = 0;
+  uint64_t snapshot_offset = 0;
+  uint64_t snapshot_size = 0;
+  std::optional<DType> snapshot_dtype;
 };
 
 // One pool of a window group as SWA scratch sees it: a scratch block of ONE layer takes
@@ -95,6 +101,13 @@ struct CacheGroup {
   std::vector<uint32_t> buffers;     // indices into StoragePlan::buffers(), in slot order
   std::vector<uint64_t> slot_sizes;  // pool slot bytes, descending
   PoolGroupId pool_group;
+  // SSM groups with ManagerConfig::snapshot_dtype: the pool group of the tree's snapshots (live
+  // states stay in pool_group).
+  std::optional<PoolGroupId> snapshot_pool_group;
+  // The pool group a page of this group lives in: snapshots (tree pages) may have their own.
+  PoolGroupId page_pool_group(bool snapshot) const {
+    return snapshot && snapshot_pool_group ? *snapshot_pool_group : pool_group;
+  }
   // Slots one request needs at worst (unscaled): 1 for full attention and SSM; for a window of
   // w tokens the most blocks w consecutive tokens touch (ceil((w - 1) / tpb) + 1) plus sinks.
   uint64_t one_request_slots = 0;
@@ -159,6 +172,8 @@ struct PoolGroup {
   std::vector<Pool> pools;     // slot_bytes descending
   uint64_t slot_bytes = 0;     // sum over pools: bytes of one slot on any tier
   bool fixed_private = false;  // the max_live_kv_caches PRIVATE SSM pool: exactly floor slots
+  // Reduced-precision snapshots of this SSM cache group, and nothing else (groups is empty).
+  std::optional<CacheGroupId> snapshots_of;
   bool live_floor = false;     // block reuse off: an SSM pool held at its live floor
   uint64_t floor_slots = 0;    // GPU slots guaranteed: ceil(max(reasons) / max_util_for_resume)
   std::vector<FloorReason> floor_reasons;

@@ -68,8 +68,10 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   // Fresh GPU pages needed for copies (a commit at the end moves instead of copying).
   std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
   for (const CacheGroup& g : plan_.cache_groups()) {
-    if (is_end || !publishable(g)) continue;
-    if (g.kind == GroupKind::kSsm ? snapshot : tail) need[g.pool_group.value] += 1;
+    if (!publishable(g)) continue;
+    const bool ssm = g.kind == GroupKind::kSsm;
+    if (is_end && !(ssm && g.snapshot_pool_group)) continue;  // reduced precision: a copy
+    if (ssm ? snapshot : tail) need[g.page_pool_group(ssm).value] += 1;
   }
   if (Status s = check_room("commit", need, storage_.empty_exclusions()); !s)
     return Status(s.code(), label(id) + ": " + s.message());
@@ -166,8 +168,9 @@ void ManagerCore::commit_snapshots(CacheRecord& rec, NodeId node, bool is_end) {
     GroupState& gs = rec.groups[g.id.value];
     const PageId own = gs.pages[0];
     if (own == kNoPage || index_.holds(node, g.id)) continue;
-    if (!is_end) {
-      const PageId copy = storage_.allocate(g.id, kGpuTier);
+    // A reduced-precision snapshot is always a converted copy; the live state stays fp32.
+    if (!is_end || g.snapshot_pool_group) {
+      const PageId copy = storage_.allocate(g.id, kGpuTier, storage::kDefaultPriority, true);
       storage_.copy_page(own, copy);
       index_.publish(node, g.id, copy, coverage);
       continue;

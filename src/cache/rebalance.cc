@@ -42,6 +42,7 @@ std::optional<std::vector<uint64_t>> ManagerCore::rebalance_target(storage::Tier
     const PoolGroup& pg = plan_.pool_group(g.pool_group);
     if (g.policy != ReusePolicy::kPrivate && !pg.fixed_private && !pg.live_floor)
       elastic[pg.id.value] = true;
+    if (g.snapshot_pool_group) elastic[g.snapshot_pool_group->value] = true;
   }
   std::optional<PoolGroupId> young, old;
   uint64_t young_age = UINT64_MAX, old_age = 0, used = 0;

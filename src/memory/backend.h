@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "hybridkv/memory.h"
@@ -21,6 +22,9 @@ namespace hybridkv::memory {
 
 struct SlotCopy {
   PoolGroupId pool_group;
+  // Another pool group for the destination: a live state <-> reduced-precision snapshot copy,
+  // converted buffer by buffer (PlannedBuffer::snapshot_*). Unset: the same pool group.
+  std::optional<PoolGroupId> dst_pool_group;
   TierKind src_tier = TierKind::kGpu;
   uint32_t src_slot = 0;
   TierKind dst_tier = TierKind::kGpu;

@@ -37,34 +37,84 @@ void plan_scratch(CacheGroup& group, const std::vector<Pool>& pools,
   }
 }
 
+// Pools of equal-size buffers, slot bytes descending (ties: larger buffers first).
+std::vector<Pool> pools_of(const std::vector<uint64_t>& sizes) {
+  std::map<uint64_t, uint32_t> count_by_size;
+  for (uint64_t size : sizes) ++count_by_size[size];
+  std::vector<Pool> pools;
+  for (const auto& [size, count] : count_by_size) pools.push_back({size, count, size * count});
+  std::sort(pools.begin(), pools.end(), [](const Pool& a, const Pool& b) {
+    if (a.slot_bytes != b.slot_bytes) return a.slot_bytes > b.slot_bytes;
+    return a.buffer_size > b.buffer_size;
+  });
+  return pools;
+}
+
+// Each buffer takes the next free place of the pool of its size, in slot order.
+void place(const std::vector<Pool>& pools, const std::vector<uint64_t>& sizes,
+           std::vector<std::pair<uint32_t, uint64_t>>& where) {
+  std::vector<uint64_t> next_offset(pools.size(), 0);
+  where.clear();
+  for (uint64_t size : sizes) {
+    for (uint32_t p = 0; p < pools.size(); ++p) {
+      if (pools[p].buffer_size != size) continue;
+      where.push_back({p, next_offset[p]});
+      next_offset[p] += size;
+      break;
+    }
+  }
+}
+
+// Reduced-precision snapshots: a pool group holding only the snapshots of an SSM group, whose
+// fp32 buffers shrink to `dtype`.
+void add_snapshot_pool_group(DType dtype, CacheGroup& group, Structure& s) {
+  std::vector<uint64_t> sizes;
+  bool shrinks = false;
+  for (uint32_t b : group.buffers) {
+    PlannedBuffer& buffer = s.buffers[b];
+    const bool f32 = buffer.dtype == DType::kF32;
+    buffer.snapshot_dtype = f32 ? dtype : buffer.dtype;
+    buffer.snapshot_size = f32 ? buffer.size / dtype_size(DType::kF32) * dtype_size(dtype)
+                               : buffer.size;
+    shrinks = shrinks || f32;
+    sizes.push_back(buffer.snapshot_size);
+  }
+  if (!shrinks) {
+    for (uint32_t b : group.buffers) s.buffers[b].snapshot_size = 0;
+    return;
+  }
+  PoolGroup pg;
+  pg.id = PoolGroupId(static_cast<uint32_t>(s.pool_groups.size()));
+  pg.pools = pools_of(sizes);
+  for (const Pool& p : pg.pools) pg.slot_bytes += p.slot_bytes;
+  pg.snapshots_of = group.id;
+  std::vector<std::pair<uint32_t, uint64_t>> where;
+  place(pg.pools, sizes, where);
+  for (size_t i = 0; i < group.buffers.size(); ++i) {
+    s.buffers[group.buffers[i]].snapshot_pool = where[i].first;
+    s.buffers[group.buffers[i]].snapshot_offset = where[i].second;
+  }
+  group.snapshot_pool_group = pg.id;
+  s.pool_groups.push_back(std::move(pg));
+}
+
 }  // namespace
 
 void build_layout(const ManagerConfig& config, Structure& s) {
   // Per group: its pools, ordered by slot bytes descending (ties: larger buffers first).
   std::vector<std::vector<Pool>> group_pools(s.groups.size());
   for (CacheGroup& group : s.groups) {
-    std::map<uint64_t, uint32_t> count_by_size;
-    for (uint32_t b : group.buffers) ++count_by_size[s.buffers[b].size];
+    std::vector<uint64_t> sizes;
+    for (uint32_t b : group.buffers) sizes.push_back(s.buffers[b].size);
     std::vector<Pool>& pools = group_pools[group.id.value];
-    for (const auto& [size, count] : count_by_size) pools.push_back({size, count, size * count});
-    std::sort(pools.begin(), pools.end(), [](const Pool& a, const Pool& b) {
-      if (a.slot_bytes != b.slot_bytes) return a.slot_bytes > b.slot_bytes;
-      return a.buffer_size > b.buffer_size;
-    });
+    pools = pools_of(sizes);
     group.slot_sizes.clear();
     for (const Pool& p : pools) group.slot_sizes.push_back(p.slot_bytes);
-
-    // Offsets: each buffer takes the next free place of its pool, in the group's slot order.
-    std::vector<uint64_t> next_offset(pools.size(), 0);
-    for (uint32_t b : group.buffers) {
-      PlannedBuffer& buffer = s.buffers[b];
-      for (uint32_t p = 0; p < pools.size(); ++p) {
-        if (pools[p].buffer_size != buffer.size) continue;
-        buffer.pool = p;
-        buffer.offset = next_offset[p];
-        next_offset[p] += buffer.size;
-        break;
-      }
+    std::vector<std::pair<uint32_t, uint64_t>> where;
+    place(pools, sizes, where);
+    for (size_t i = 0; i < group.buffers.size(); ++i) {
+      s.buffers[group.buffers[i]].pool = where[i].first;
+      s.buffers[group.buffers[i]].offset = where[i].second;
     }
     if (group.window) plan_scratch(group, pools, s.buffers);
   }
@@ -95,6 +145,12 @@ void build_layout(const ManagerConfig& config, Structure& s) {
     target->groups.push_back(group.id);
     group.pool_group = target->id;
     for (uint32_t b : group.buffers) s.buffers[b].pool_group = target->id;
+  }
+  // Snapshot pool groups come last, so that every other pool group keeps its id.
+  if (!config.snapshot_dtype || !config.enable_block_reuse) return;
+  for (CacheGroup& group : s.groups) {
+    if (group.kind == GroupKind::kSsm && group.policy != ReusePolicy::kPrivate)
+      add_snapshot_pool_group(*config.snapshot_dtype, group, s);
   }
 }
 

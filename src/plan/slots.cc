@@ -114,7 +114,9 @@ void compute_floors(const ManagerConfig& config, Structure& s) {
       }
       pg.floor_reasons.push_back({"constraints[" + std::to_string(i) + "]", need});
     }
-    if (pg.fixed_private) {
+    if (pg.snapshots_of) {
+      pg.floor_reasons = {{"one snapshot copy", 1}};
+    } else if (pg.fixed_private) {
       pg.floor_reasons.push_back({"max_live_kv_caches", *config.max_live_kv_caches});
     } else if (!config.enable_block_reuse && all_ssm) {
       // Without block reuse recurrent groups never hold snapshots: only live requests' states.
@@ -148,6 +150,8 @@ std::vector<double> pool_weights(const ManagerConfig& config, const StructureVie
     for (const BatchShape& batch : batches) {
       uint64_t need = 0;
       for (CacheGroupId g : pg.groups) need += batch_demand(config, s.groups[g.value], batch);
+      // A snapshot pool group is weighed like its group's states: one per request.
+      if (pg.snapshots_of) need = batch_demand(config, s.groups[pg.snapshots_of->value], batch);
       demand = std::max(demand, need);
     }
     weights[pg.id.value] =

@@ -27,7 +27,7 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
     Page& p = pages_[i];
     if (!p.live || p.tier_index != tier || p.pool_group != pg || p.slot.value < total) continue;
     const SlotId dst = take_slot(tier, pg);
-    pending_.push_back({pg, p.tier, p.slot.value, p.tier, dst.value});
+    pending_.push_back({pg, std::nullopt, p.tier, p.slot.value, p.tier, dst.value});
     pending_slots_.push_back({tier, pg, p.slot});  // the retired slot is read by this batch
     p.slot = dst;
     pending_pages_.push_back(PageId(i));

@@ -100,8 +100,8 @@ void Storage::give_slot(TierIndex tier, PoolGroupId pg, SlotId slot, CopyEvent l
   s.free.push_back(slot);
 }
 
-PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority) {
-  const PoolGroupId pg = plan_.cache_group(group).pool_group;
+PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority, bool snapshot) {
+  const PoolGroupId pg = plan_.cache_group(group).page_pool_group(snapshot);
   const SlotId slot = take_slot(tier, pg);
   const PageId id = take_dense_id(pages_, free_pages_);
   Page& p = mutable_page(id);
@@ -220,7 +220,8 @@ void Storage::move(PageId id, TierIndex dst_tier) {
     p.offload_pending = static_cast<uint32_t>(pending_.size());
     pending_offloads_.push_back(id);
   }
-  pending_.push_back({p.pool_group, p.tier, p.slot.value, tier_kind(dst_tier), dst_slot.value});
+  pending_.push_back(
+      {p.pool_group, std::nullopt, p.tier, p.slot.value, tier_kind(dst_tier), dst_slot.value});
   const uint64_t bytes = plan_.pool_group(p.pool_group).slot_bytes;
   GroupIterationStats& gs = stats_.groups[p.group.value];
   if (dst_tier < src_tier) {
@@ -260,15 +261,17 @@ IterationStats Storage::take_stats() {
 void Storage::copy_page(PageId src, PageId dst) {
   const Page& s = page(src);
   const Page& d = page(dst);
-  HKV_CHECK(s.pool_group == d.pool_group && s.tier == TierKind::kGpu && d.tier == TierKind::kGpu,
-            "copy_page %u -> %u: not two GPU pages of one pool group", src.value, dst.value);
-  pending_.push_back({s.pool_group, s.tier, s.slot.value, d.tier, d.slot.value});
+  HKV_CHECK(s.group == d.group && s.tier == TierKind::kGpu && d.tier == TierKind::kGpu,
+            "copy_page %u -> %u: not two GPU pages of one cache group", src.value, dst.value);
+  std::optional<PoolGroupId> converted;
+  if (d.pool_group != s.pool_group) converted = d.pool_group;
+  pending_.push_back({s.pool_group, converted, s.tier, s.slot.value, d.tier, d.slot.value});
   // Both get the batch's event: dst is written by it, src must not be overwritten before it.
   pending_pages_.push_back(dst);
   pending_pages_.push_back(src);
   ++stats_.device_copies;
   ++stats_.groups[s.group.value].device_copy_blocks;
-  stats_.groups[s.group.value].device_copy_bytes += plan_.pool_group(s.pool_group).slot_bytes;
+  stats_.groups[s.group.value].device_copy_bytes += plan_.pool_group(d.pool_group).slot_bytes;
 }
 
 void Storage::pin(PageId id) {

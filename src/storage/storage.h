@@ -76,9 +76,11 @@ class Storage {
   void reset_victims(TierIndex tier);
 
   // --- page lifetimes ---
-  // A fresh page of `group` on `tier`. Requires: a free slot; the caller calls add_ref or
-  // set_owner on it before any other call.
-  PageId allocate(CacheGroupId group, TierIndex tier, int32_t priority = kDefaultPriority);
+  // A fresh page of `group` on `tier` (in the group's snapshot pool group with `snapshot`, when
+  // it has one). Requires: a free slot; the caller calls add_ref or set_owner on it before any
+  // other call.
+  PageId allocate(CacheGroupId group, TierIndex tier, int32_t priority = kDefaultPriority,
+                  bool snapshot = false);
   void add_ref(PageId id, Ref ref);
   // Releases the page when it was the last holder and nobody owns it.
   void drop_ref(PageId id, Ref ref);
@@ -104,8 +106,9 @@ class Storage {
   // tier) and retires the rest. Requires: at most `total` pages in the pool. Returns the copies'
   // event (flushed).
   CopyEvent resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total);
-  // Queues a GPU-to-GPU copy of src's slot into dst's slot (snapshots, partial tails). dst
-  // becomes ready when the copy completes; src may not be overwritten before then.
+  // Queues a GPU-to-GPU copy of src's slot into dst's slot (snapshots, partial tails); between
+  // a live state and a reduced-precision snapshot of one group it converts. dst becomes ready
+  // when the copy completes; src may not be overwritten before then.
   void copy_page(PageId src, PageId dst);
   // Submits the copies collected since the last flush; returns their event.
   CopyEvent flush();

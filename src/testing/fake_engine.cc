@@ -29,9 +29,12 @@ FakeEngine::FakeEngine(KvCacheManager& manager) : manager_(manager) {
   for (const CacheGroup& g : plan.cache_groups()) {
     for (uint32_t b : g.buffers) {
       const PlannedBuffer& pb = plan.buffers()[b];
+      // A state kept as a bf16 snapshot must survive the round trip bit for bit.
+      const bool bf16_exact = pb.snapshot_size != 0 && pb.snapshot_size != pb.size;
       buffers_[g.id.value].push_back({pb.layer, fnv(pb.role), pb.pool_group, pb.pool, pb.offset,
                                       pb.size,
-                                      "layer " + std::to_string(pb.layer) + " " + pb.role});
+                                      "layer " + std::to_string(pb.layer) + " " + pb.role,
+                                      bf16_exact ? 0xbfff0000bfff0000ull : ~0ull});
     }
   }
 }
@@ -52,24 +55,24 @@ std::byte* FakeEngine::page(const Buffer& b, int32_t slot) const {
   return base == nullptr ? nullptr : base + b.offset;
 }
 
-void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed) {
+void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t mask) {
   const uint64_t skip_from = sample_writes_ ? (sample_writes_ + 7) / 8 * 8 : n;
   const uint64_t skip_to = sample_writes_ && n > 2 * skip_from ? (n - sample_writes_) / 8 * 8 : 0;
   for (uint64_t i = 0; i < n; i += 8) {
     if (i == skip_from && skip_to > skip_from) i = skip_to;
-    const uint64_t word = mix(seed + i);  // each word on its own, so checks can sample
+    const uint64_t word = mix(seed + i) & mask;  // each word on its own, so checks can sample
     std::memcpy(at + i, &word, std::min<uint64_t>(8, n - i));
   }
   bytes_written_ += n;
 }
 
 Status FakeEngine::check_bytes(const std::byte* at, uint64_t n, uint64_t seed,
-                               const std::string& what) {
+                               const std::string& what, uint64_t mask) {
   const uint64_t skip_from = sample_bytes_ ? (sample_bytes_ + 7) / 8 * 8 : n;
   const uint64_t skip_to = sample_bytes_ && n > 2 * skip_from ? (n - sample_bytes_) / 8 * 8 : 0;
   for (uint64_t i = 0; i < n; i += 8) {
     if (i == skip_from && skip_to > skip_from) i = skip_to;
-    const uint64_t word = mix(seed + i);
+    const uint64_t word = mix(seed + i) & mask;
     if (std::memcmp(at + i, &word, std::min<uint64_t>(8, n - i)) != 0) {
       return Status::invalid("fake engine: mismatch in " + what + " at byte " + std::to_string(i));
     }
@@ -112,7 +115,8 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
           Status s =
               check_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)),
                           "group " + std::to_string(g.id.value) + " " + b.name + " state after " +
-                              std::to_string(r.computed) + " tokens, slot " + std::to_string(slot));
+                              std::to_string(r.computed) + " tokens, slot " + std::to_string(slot),
+                          b.mask);
           if (!s) return s;
         }
         ++pages_checked_;
@@ -208,7 +212,7 @@ Status FakeEngine::write(const KvCache& cache, FakeRequest& r, uint64_t from, ui
         const uint64_t seed_base = prefix(r, beam, upto);
         for (const Buffer& b : buffers_[g.id.value]) {
           if (std::byte* at = page(b, slot)) {
-            fill_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)));
+            fill_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)), b.mask);
           }
         }
         continue;

@@ -67,13 +67,17 @@ class FakeEngine {
     uint64_t offset;
     uint64_t size;
     std::string name;
+    uint64_t mask;  // see fill_bytes
   };
   uint64_t prefix(FakeRequest& r, uint32_t beam, uint64_t tokens);
   Status write(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
                const CacheGroup* only);
   std::byte* page(const Buffer& b, int32_t slot) const;
-  Status check_bytes(const std::byte* at, uint64_t n, uint64_t seed, const std::string& what);
-  void fill_bytes(std::byte* at, uint64_t n, uint64_t seed);
+  // `mask` is and-ed into every written word: bf16-exact fp32 buffers (reduced-precision
+  // snapshots) clear the low half and the top exponent bit of each float.
+  Status check_bytes(const std::byte* at, uint64_t n, uint64_t seed, const std::string& what,
+                     uint64_t mask = ~0ull);
+  void fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t mask = ~0ull);
 
   KvCacheManager& manager_;
   std::vector<std::vector<Buffer>> buffers_;  // by cache group

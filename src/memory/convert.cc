@@ -1,0 +1,65 @@
+#include "memory/convert.h"
+
+#include <bit>
+#include <cstring>
+
+namespace hybridkv::memory {
+
+std::vector<ConvertSegment> snapshot_segments(const StoragePlan& plan, CacheGroupId group,
+                                              bool to_snapshot) {
+  std::vector<ConvertSegment> out;
+  for (uint32_t b : plan.cache_group(group).buffers) {
+    const PlannedBuffer& buffer = plan.buffers()[b];
+    if (buffer.snapshot_size == 0) continue;
+    const bool shrinks = buffer.snapshot_size != buffer.size;
+    ConvertSegment s;
+    if (to_snapshot) {
+      s = {buffer.pool, buffer.offset, buffer.size, buffer.snapshot_pool, buffer.snapshot_offset,
+           shrinks ? Conversion::kF32ToBF16 : Conversion::kCopy};
+    } else {
+      s = {buffer.snapshot_pool, buffer.snapshot_offset, buffer.snapshot_size, buffer.pool,
+           buffer.offset, shrinks ? Conversion::kBF16ToF32 : Conversion::kCopy};
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+uint16_t f32_to_bf16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // NaN: keep it a (quiet) NaN
+  }
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float bf16_to_f32(uint16_t value) { return std::bit_cast<float>(uint32_t{value} << 16); }
+
+void convert(const ConvertSegment& s, std::byte* dst_slot, const std::byte* src_slot) {
+  const std::byte* src = src_slot + s.src_offset;
+  std::byte* dst = dst_slot + s.dst_offset;
+  switch (s.conversion) {
+    case Conversion::kCopy:
+      std::memcpy(dst, src, s.src_bytes);
+      return;
+    case Conversion::kF32ToBF16:
+      for (uint64_t i = 0; i < s.src_bytes / 4; ++i) {
+        float f;
+        std::memcpy(&f, src + 4 * i, 4);
+        const uint16_t h = f32_to_bf16(f);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case Conversion::kBF16ToF32:
+      for (uint64_t i = 0; i < s.src_bytes / 2; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        const float f = bf16_to_f32(h);
+        std::memcpy(dst + 4 * i, &f, 4);
+      }
+      return;
+  }
+}
+
+}  // namespace hybridkv::memory

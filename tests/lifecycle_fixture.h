@@ -44,6 +44,7 @@ struct LifecycleModel {
   bool swa_scratch = false;  // ManagerConfig::swa_scratch_reuse
   int64_t max_rewind_len = 0;
   bool pool_rebalance = false;  // ManagerConfig::pool_rebalance
+  std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype
 };
 
 inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
@@ -75,6 +76,7 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   c.swa_scratch_reuse = m.swa_scratch;
   c.max_rewind_len = m.max_rewind_len;
   c.pool_rebalance = m.pool_rebalance;
+  c.snapshot_dtype = m.snapshot_dtype;
   c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
   c.tiers.back().max_quota_bytes = m.gpu_max_quota;
   if (m.host_quota) c.tiers.push_back({TierKind::kHost, m.host_quota, ""});

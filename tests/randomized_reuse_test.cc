@@ -38,8 +38,13 @@ uint64_t covered_digest(const KvCacheManager& m, const testing::TreePage& t) {
   uint64_t h = 1469598103934665603ull;
   for (uint32_t b : g.buffers) {
     const PlannedBuffer& pb = plan.buffers()[b];
-    const std::byte* at = m.slot_address(t.tier, t.pool_group, pb.pool, t.slot) + pb.offset;
-    const uint64_t n = g.kind == GroupKind::kSsm ? pb.size : t.coverage * pb.size / tpb;
+    // A reduced-precision snapshot keeps the buffer at its snapshot place and size.
+    const bool snapshot = g.snapshot_pool_group == t.pool_group;
+    const std::byte* at = m.slot_address(t.tier, t.pool_group,
+                                         snapshot ? pb.snapshot_pool : pb.pool, t.slot) +
+                          (snapshot ? pb.snapshot_offset : pb.offset);
+    const uint64_t size = snapshot ? pb.snapshot_size : pb.size;
+    const uint64_t n = g.kind == GroupKind::kSsm ? size : t.coverage * size / tpb;
     for (uint64_t i = 0; i < n; ++i) h = (h ^ static_cast<uint8_t>(at[i])) * 1099511628211ull;
   }
   return h;
@@ -284,6 +289,16 @@ TEST(RandomizedReuse, WindowPagesHeldUntilTheirCommitKeepEveryPageIntact) {
 TEST(RandomizedReuse, RebalancingPoolsKeepEveryPageIntact) {
   LifecycleModel model = reuse_model();
   model.pool_rebalance = true;
+  run_reuse(test_seed(), model);
+}
+
+// Reduced-precision snapshots: the tree's snapshots live in their own bf16 pool group and are
+// converted on every copy; the fake engine's states are bf16-exact, so every byte still checks.
+TEST(RandomizedReuse, Bf16SnapshotsWithRebalancingKeepEveryPageIntact) {
+  LifecycleModel model = reuse_model();
+  model.pool_ratio = std::vector<double>{1.0, 0.05, 0.8, 0.5};
+  model.pool_rebalance = true;
+  model.snapshot_dtype = DType::kBF16;
   run_reuse(test_seed(), model);
 }
 

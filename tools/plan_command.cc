@@ -72,6 +72,8 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
                  "SWA scratch: window blocks that go stale within a step share scratch slots");
   plan->add_option("--max-rewind-len", o.max_rewind_len,
                    "tokens at a step's end the engine may rewind (never scratch)");
+  plan->add_option("--snapshot-dtype", o.snapshot_dtype,
+                   "bf16: SSM snapshots keep fp32 states in bf16 (their own pool group)");
   plan->add_option("--kv-dtype", o.kv_dtype, "KV cache dtype");
   plan->add_option("--conv-dtype", o.conv_dtype, "conv state dtype");
   plan->add_option("--ssm-dtype", o.ssm_dtype,
@@ -119,6 +121,11 @@ int run_plan_command(const PlanOptions& o) {
     return fail("--disagg-role: '" + o.disagg_role + "' is not both, context or generation");
   }
   if (o.typical_len == 0) return fail("--typical-len: 0 must be > 0");
+  if (!o.snapshot_dtype.empty()) {
+    const std::optional<DType> d = parse_dtype(o.snapshot_dtype);
+    if (!d) return fail("--snapshot-dtype: '" + o.snapshot_dtype + "' is not a dtype");
+    serving.snapshot_dtype = d;
+  }
   uint64_t quota = 0;
   serving.tiers.clear();
   if (!parse_quota("--gpu-quota", o.gpu_quota, &quota, &error)) return fail(error);

@@ -26,6 +26,7 @@ struct PlanOptions {
   uint32_t tokens_per_block = 32;
   double max_util = 0.97;
   bool no_block_reuse = false;
+  std::string snapshot_dtype;  // empty: snapshots keep the states' dtypes
   bool swa_scratch = false;
   int64_t max_rewind_len = 0;
   std::string kv_dtype = "bf16";

@@ -115,9 +115,9 @@ TEST_F(EvictionOrder, DemotedPagesAreDroppedFirstAndNeverCopiedDown) {
   EXPECT_EQ(testing::check_invariants(*m_), "");
 }
 
-// One budget (issue 12 item 3): snapshots evicted from the host tier while its KV pages wait
-// longer move host slots to the state pool group; bytes stay within the quota; the GPU's
-// full-attention pool group keeps its plan count; with rebalancing off adjust() is refused.
+// One budget (issue 12 item 3): snapshots evicted while KV pages wait longer move slots to the
+// state pool group; bytes stay within the quota; no GPU pool group
+// goes below its floor; with rebalancing off adjust() is refused.
 TEST(Rebalance, SnapshotPressureMovesSlotsToTheStatePoolGroup) {
   std::mt19937_64 rng(11);
   LifecycleModel model;
@@ -126,7 +126,8 @@ TEST(Rebalance, SnapshotPressureMovesSlotsToTheStatePoolGroup) {
   testing::FakeEngine engine(*m);
   const PoolGroupId state = m->plan().cache_group(kSsm).pool_group;
   const PoolGroupId kv = m->plan().cache_group(kFull).pool_group;
-  const uint64_t state_before = m->plan().slots(TierKind::kHost, state);
+  const uint64_t state_before =
+      m->plan().slots(TierKind::kGpu, state) + m->plan().slots(TierKind::kHost, state);
   EXPECT_FALSE(m->need_adjustment());  // nothing evicted yet
   std::vector<int32_t> last;
   for (int i = 0; i < 2000 && !m->need_adjustment(); ++i) {
@@ -141,13 +142,17 @@ TEST(Rebalance, SnapshotPressureMovesSlotsToTheStatePoolGroup) {
   Result<bool> moved = m->adjust();
   ASSERT_TRUE(moved.is_ok() && *moved) << moved.status().to_string();
   const StorageStats after = m->storage_stats();
-  uint64_t bytes = 0;
-  for (const PoolGroupStorage& pg : after.tiers[1].pool_groups)
-    bytes += pg.total_slots * m->plan().pool_group(pg.pool_group).slot_bytes;
-  EXPECT_GT(after.tiers[1].pool_groups[state.value].total_slots, state_before);
-  EXPECT_LE(bytes, *m->quota(TierKind::kHost));
+  for (size_t t = 0; t < after.tiers.size(); ++t) {
+    uint64_t bytes = 0;
+    for (const PoolGroupStorage& pg : after.tiers[t].pool_groups)
+      bytes += pg.total_slots * m->plan().pool_group(pg.pool_group).slot_bytes;
+    EXPECT_LE(bytes, *m->quota(after.tiers[t].tier));
+  }
+  EXPECT_GT(after.tiers[0].pool_groups[state.value].total_slots +
+                after.tiers[1].pool_groups[state.value].total_slots,
+            state_before);
   EXPECT_GE(after.tiers[0].pool_groups[kv.value].total_slots,
-            m->plan().slots(TierKind::kGpu, kv));
+            m->plan().pool_group(kv).floor_slots);
   EXPECT_EQ(m->probe_reuse({}, last).reused_tokens, 16u);  // the newest snapshot survived
   EXPECT_EQ(testing::check_invariants(*m), "");
 

@@ -174,6 +174,26 @@ Result<ModelDescription> model_from(const SimOptions& o) {
   return model;
 }
 
+// With rebalancing the GPU keeps room for the longest request the sim admits (the trace's
+// longest, capped by what the starting plan holds: longer ones are skipped), so that no pool
+// group shrinks under it.
+Result<std::unique_ptr<HybridCacheManager>> create_manager(const ModelDescription& model,
+                                                           ServingConfig serving,
+                                                           const BackendOptions& backend,
+                                                           const std::vector<TraceRequest>& trace) {
+  if (serving.pool_rebalance) {
+    Result<std::unique_ptr<HybridCacheManager>> probe =
+        HybridCacheManager::create(model, serving, BackendOptions{BackendKind::kNone});
+    if (!probe) return probe.status();
+    uint64_t longest = 0;
+    for (const TraceRequest& t : trace)
+      longest = std::max(longest, t.input_length + t.output_length);
+    longest = std::min(longest, (*probe)->manager().clamp_max_seq_len_for_mem(UINT64_MAX));
+    if (longest > 0) serving.max_seq_len = longest;
+  }
+  return HybridCacheManager::create(model, serving, backend);
+}
+
 // --compare: the same trace and quotas with the recurrent layers dropped (none backend), and
 // the share of its reuse that the hybrid run reached: the figure hybrid reuse is judged by.
 int compare_attention_only(const SimOptions& o, const std::vector<TraceRequest>& trace,
@@ -188,7 +208,7 @@ int compare_attention_only(const SimOptions& o, const std::vector<TraceRequest>&
   if (!serving || !model) return fail("--compare: the attention-only model cannot be built");
   Result<BackendOptions> backend = backend_from(a);
   Result<std::unique_ptr<HybridCacheManager>> created =
-      HybridCacheManager::create(*model, *serving, *backend);
+      create_manager(*model, *serving, *backend, trace);
   if (!created) return fail("--compare: " + created.status().message());
   const SimCounters c = run_scheduler(a, trace, bound, **created, nullptr);
   if (!c.error.empty()) return fail("--compare: " + c.error);
@@ -266,7 +286,7 @@ int run_sim_command(const SimOptions& o) {
       return fail("--write-trace: " + s.message());
   }
   Result<std::unique_ptr<HybridCacheManager>> created =
-      HybridCacheManager::create(*model, *serving, *backend);
+      create_manager(*model, *serving, *backend, *trace);
   if (!created) return fail(created.status().message());
   HybridCacheManager& h = **created;
   std::unique_ptr<testing::FakeEngine> engine;

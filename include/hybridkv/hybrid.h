@@ -74,6 +74,9 @@ struct ServingConfig {
   bool enable_block_reuse = true;
   bool enable_partial_reuse = true;  // a match may end inside a block (its tail is copied)
   uint64_t typical_len = 2048;       // tokens per request of the typical step (pool ratio)
+  // The longest request the engine admits: the GPU always keeps room for one of them (a
+  // constraint), also while rebalancing moves slots between pool groups.
+  std::optional<uint64_t> max_seq_len;
   bool pool_rebalance = false;       // ManagerConfig::pool_rebalance: the split follows use
   bool selective_offload = true;     // ManagerConfig::selective_offload
   bool snapshot_aware_eviction = true;  // ManagerConfig::snapshot_aware_eviction

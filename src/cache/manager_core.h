@@ -159,7 +159,6 @@ class ManagerCore {
   // rebalance.cc
   // The slot counts one rebalancing step would give the tier (nullopt: leave it as it is).
   std::optional<std::vector<uint64_t>> rebalance_target(storage::TierIndex tier) const;
-  uint64_t gpu_floor(const PoolGroup& pg) const;
 
   // scratch.cc
   std::vector<BlockRange> scratch_plan(const CacheRecord& rec, uint64_t capacity, uint64_t history,

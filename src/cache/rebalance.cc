@@ -8,7 +8,8 @@
 // oldest's and the young pool group has evicted at least kMinVictims pages since the last step,
 // about 1/kStepDivisor of the tier moves from the old pool group to the young one. A step that
 // cannot be taken (LOCKED pages, GPU floors, reserved slots) is skipped: it changes nothing. On
-// the GPU a full-attention pool group never shrinks below the plan's count (see gpu_floor).
+// the GPU no pool group goes below its floor: what the declared constraints need (the hybrid
+// manager declares one request of ServingConfig::max_seq_len).
 #include <algorithm>
 
 #include "cache/manager_core.h"
@@ -23,17 +24,6 @@ constexpr uint64_t kMinVictims = 16;
 constexpr uint64_t kStepDivisor = 128;
 
 }  // namespace
-
-// The fewest GPU slots a pool group may keep: its floors, and for a pool group whose pages grow
-// with a request's length (full attention) the plan's own count, so that the longest request
-// the plan promised (clamp_max_seq_len_for_mem) still fits on the GPU.
-uint64_t ManagerCore::gpu_floor(const PoolGroup& pg) const {
-  for (const CacheGroup& g : plan_.cache_groups()) {
-    if (g.pool_group == pg.id && g.kind == GroupKind::kAttention && !g.window)
-      return std::max(pg.floor_slots, plan_.slots(TierKind::kGpu, pg.id));
-  }
-  return pg.floor_slots;
-}
 
 std::optional<std::vector<uint64_t>> ManagerCore::rebalance_target(storage::TierIndex t) const {
   const TierPlan& tp = plan_.tiers()[t.value];
@@ -66,7 +56,7 @@ std::optional<std::vector<uint64_t>> ManagerCore::rebalance_target(storage::Tier
   const uint64_t spare = quota > used ? quota - used : 0;
   const uint64_t need = gain * to.slot_bytes > spare ? gain * to.slot_bytes - spare : 0;
   const uint64_t loss = (need + from.slot_bytes - 1) / from.slot_bytes;
-  const uint64_t floor = tp.kind == TierKind::kGpu ? gpu_floor(from) : 0;
+  const uint64_t floor = tp.kind == TierKind::kGpu ? from.floor_slots : 0;
   if (want[from.id.value] < floor + loss) return std::nullopt;
   want[from.id.value] -= loss;
   want[to.id.value] += gain;

@@ -78,6 +78,7 @@ void add_replay(const ModelLayer& l, const ServingConfig& s, const ModelDescript
 Status check_serving(const ModelDescription& model, const ServingConfig& s) {
   std::vector<std::string> errors;
   if (s.max_batch == 0) errors.push_back("max_batch 0 must be > 0");
+  if (s.max_seq_len && *s.max_seq_len == 0) errors.push_back("max_seq_len 0 must be > 0 or unset");
   if (s.pp_size == 0) errors.push_back("pp_size 0 must be > 0");
   if (s.pp_size > 0 && s.pp_rank >= s.pp_size) {
     errors.push_back("pp_rank " + std::to_string(s.pp_rank) + " must be < pp_size " +
@@ -197,6 +198,8 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
   // all ACTIVE at once: capacity-0 requests reserve exactly their states.
   const uint64_t active = static_cast<uint64_t>(s.max_batch) * s.pp_size + s.dummy_slots;
   c.constraints.push_back(BatchShape{std::vector<RequestShape>(active, RequestShape{0, 0}), {}});
+  if (s.max_seq_len && *s.max_seq_len > 0)
+    c.constraints.push_back(BatchShape{{RequestShape{*s.max_seq_len, *s.max_seq_len - 1}}, {}});
   if (s.dummy_slots > 0) {
     // Dummies stay ACTIVE with a block each: they and one real request always fit on the GPU.
     std::vector<RequestShape> batch(s.dummy_slots, RequestShape{tpb, 0});

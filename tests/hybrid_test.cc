@@ -354,11 +354,17 @@ INSTANTIATE_TEST_SUITE_P(
 
 // --- Snapshot policy ---
 
-TEST(HybridSnapshots, NextPointFollowsThePolicy) {
+// Two requests per step, 16-token blocks, 1 GiB of GPU: the snapshot-placement tests' setting.
+ServingConfig small_serving() {
   ServingConfig s;
   s.max_batch = 2;
   s.tokens_per_block = 16;
   s.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  return s;
+}
+
+TEST(HybridSnapshots, NextPointFollowsThePolicy) {
+  ServingConfig s = small_serving();
   s.snapshots.periodic_interval = 512;
   s.snapshots.offsets_from_start = {100};
   s.snapshots.offsets_from_end = {64};
@@ -389,10 +395,7 @@ TEST(HybridSnapshots, NextPointFollowsThePolicy) {
 }
 
 TEST(HybridSnapshots, AlignedEndSnapshotsAtTheLastGrainAndKvIsPublishedAtEveryChunk) {
-  ServingConfig s;
-  s.max_batch = 2;
-  s.tokens_per_block = 16;
-  s.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  ServingConfig s = small_serving();
   s.snapshots.aligned_end = 512;
   s.snapshots.final_prompt_boundary = false;
   auto h =
@@ -430,10 +433,7 @@ TEST(HybridSnapshots, AlignedEndSnapshotsAtTheLastGrainAndKvIsPublishedAtEveryCh
 // Chat: the next turn repeats the prompt and the answer; commit_answer snapshots at the
 // answer's end, so the next turn resumes there instead of at the prompt.
 TEST(HybridSnapshots, CommitAnswerLetsTheNextTurnResumeAfterTheAnswer) {
-  ServingConfig s;
-  s.max_batch = 2;
-  s.tokens_per_block = 16;
-  s.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  ServingConfig s = small_serving();
   s.snapshots.final_prompt_boundary = false;
   s.snapshots.answer_end = true;
   auto h =
@@ -464,10 +464,7 @@ TEST(HybridSnapshots, CommitAnswerLetsTheNextTurnResumeAfterTheAnswer) {
 }
 
 TEST(HybridSnapshots, BranchAndDemandPointsEndChunksWhereTheTreeForksOrWasWanted) {
-  ServingConfig s;
-  s.max_batch = 2;
-  s.tokens_per_block = 16;
-  s.tiers = {{TierKind::kGpu, 1ull << 30, ""}};
+  ServingConfig s = small_serving();
   s.snapshots.branch_point = true;
   s.snapshots.demand_driven = true;
   s.enable_partial_reuse = false;  // matches stop at block boundaries: 288, not 300

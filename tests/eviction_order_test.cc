@@ -151,8 +151,7 @@ TEST(Rebalance, SnapshotPressureMovesSlotsToTheStatePoolGroup) {
   EXPECT_GT(after.tiers[0].pool_groups[state.value].total_slots +
                 after.tiers[1].pool_groups[state.value].total_slots,
             state_before);
-  EXPECT_GE(after.tiers[0].pool_groups[kv.value].total_slots,
-            m->plan().pool_group(kv).floor_slots);
+  EXPECT_GE(after.tiers[0].pool_groups[kv.value].total_slots, m->plan().pool_group(kv).floor_slots);
   EXPECT_EQ(m->probe_reuse({}, last).reused_tokens, 16u);  // the newest snapshot survived
   EXPECT_EQ(testing::check_invariants(*m), "");
 

@@ -43,7 +43,7 @@ struct LifecycleModel {
   bool block_reuse = true;
   bool swa_scratch = false;  // ManagerConfig::swa_scratch_reuse
   int64_t max_rewind_len = 0;
-  bool pool_rebalance = false;  // ManagerConfig::pool_rebalance
+  bool pool_rebalance = false;          // ManagerConfig::pool_rebalance
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype
 };
 

@@ -40,9 +40,9 @@ uint64_t covered_digest(const KvCacheManager& m, const testing::TreePage& t) {
     const PlannedBuffer& pb = plan.buffers()[b];
     // A reduced-precision snapshot keeps the buffer at its snapshot place and size.
     const bool snapshot = g.snapshot_pool_group == t.pool_group;
-    const std::byte* at = m.slot_address(t.tier, t.pool_group,
-                                         snapshot ? pb.snapshot_pool : pb.pool, t.slot) +
-                          (snapshot ? pb.snapshot_offset : pb.offset);
+    const std::byte* at =
+        m.slot_address(t.tier, t.pool_group, snapshot ? pb.snapshot_pool : pb.pool, t.slot) +
+        (snapshot ? pb.snapshot_offset : pb.offset);
     const uint64_t size = snapshot ? pb.snapshot_size : pb.size;
     const uint64_t n = g.kind == GroupKind::kSsm ? size : t.coverage * size / tpb;
     for (uint64_t i = 0; i < n; ++i) h = (h ^ static_cast<uint8_t>(at[i])) * 1099511628211ull;

@@ -471,8 +471,8 @@ TEST(ReferenceModel, Bf16SnapshotDriftIsMeasuredAndFp32ChangesNoBit) {
   std::printf(
       "bf16 snapshot, resumed at %llu tokens: state error %.3g after the prefill, %.3g after "
       "%zu generated tokens; %zu of %zu greedy tokens agree before the first difference\n",
-      static_cast<unsigned long long>(bf16.reused), bf16.resume_error, bf16.end_error,
-      bf16.tokens, bf16.agree, bf16.tokens);
+      static_cast<unsigned long long>(bf16.reused), bf16.resume_error, bf16.end_error, bf16.tokens,
+      bf16.agree, bf16.tokens);
   EXPECT_EQ(bf16.reused, exact.reused);
   EXPECT_GT(bf16.resume_error, 0.f);  // the snapshot really was rounded
   EXPECT_LT(bf16.resume_error, 0.05f);

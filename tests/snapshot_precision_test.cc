@@ -52,8 +52,7 @@ TEST(SnapshotPrecision, Bf16RoundsToNearestEvenAndKeepsSpecialValues) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.5f)), 1.5f);
   // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to even (1).
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
-  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))),
-            1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
   EXPECT_TRUE(std::isinf(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::infinity()))));
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   // A NaN whose payload sits only in the low bits stays a NaN (not infinity).
@@ -64,21 +63,22 @@ TEST(SnapshotPrecision, Bf16RoundsToNearestEvenAndKeepsSpecialValues) {
 TEST(SnapshotPrecision, ConvertRunsEverySegmentOfASlot) {
   // One fp32 buffer of 4 floats, one bf16 buffer of 2 elements copied as is.
   const std::vector<memory::ConvertSegment> down = {
-      {0, 0, 16, 0, 0, memory::Conversion::kF32ToBF16}, {0, 16, 4, 0, 8, memory::Conversion::kCopy}};
+      {0, 0, 16, 0, 0, memory::Conversion::kF32ToBF16},
+      {0, 16, 4, 0, 8, memory::Conversion::kCopy}};
   const float values[4] = {1.0f, -2.5f, 3.140625f, 1e-3f};
   std::byte src[20], mid[12], back[20] = {};
   std::memcpy(src, values, 16);
   std::memcpy(src + 16, "\x01\x02\x03\x04", 4);
   for (const auto& s : down) memory::convert(s, mid, src);
-  const std::vector<memory::ConvertSegment> up = {
-      {0, 0, 8, 0, 0, memory::Conversion::kBF16ToF32}, {0, 8, 4, 0, 16, memory::Conversion::kCopy}};
+  const std::vector<memory::ConvertSegment> up = {{0, 0, 8, 0, 0, memory::Conversion::kBF16ToF32},
+                                                  {0, 8, 4, 0, 16, memory::Conversion::kCopy}};
   for (const auto& s : up) memory::convert(s, back, mid);
   float out[4];
   std::memcpy(out, back, 16);
   EXPECT_EQ(out[0], 1.0f);
   EXPECT_EQ(out[1], -2.5f);
-  EXPECT_EQ(out[2], 3.140625f);                  // exact in bf16
-  EXPECT_NEAR(out[3], 1e-3f, 1e-3f / 128);        // 8 bits of mantissa
+  EXPECT_EQ(out[2], 3.140625f);             // exact in bf16
+  EXPECT_NEAR(out[3], 1e-3f, 1e-3f / 128);  // 8 bits of mantissa
   EXPECT_EQ(std::memcmp(back + 16, src + 16, 4), 0);
 }
 

@@ -43,8 +43,8 @@ struct SimCounters {
   uint64_t device_copies = 0;
   uint64_t adjustments = 0;                      // rebalancing steps taken
   std::vector<std::vector<uint64_t>> end_slots;  // per tier, per pool group: slots at the end
-  std::vector<double> step_us;  // manager CPU time per step
-  std::vector<uint64_t> peak;   // peak GPU slots per pool group
+  std::vector<double> step_us;                   // manager CPU time per step
+  std::vector<uint64_t> peak;                    // peak GPU slots per pool group
   std::vector<Sample> samples;
   std::string error;  // set when the run stopped early
 };

@@ -1,6 +1,6 @@
 // The report of `hybridkv sim`: text on stdout, --json, and the --svg plot.
-#include <array>
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -131,9 +131,8 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_
   j["reused_share_of_prompt"] = f.share(c.reused_tokens, c.prompt_tokens);
   j["reused_share_of_bound"] = f.share(c.reused_tokens, f.bound);
   j["ssm_snapshot_hits"] = f.snapshot_hits;
-  j["ssm_snapshots_served_by_tier"] = {{"gpu", f.snapshot_tiers[0]},
-                                       {"host", f.snapshot_tiers[1]},
-                                       {"disk", f.snapshot_tiers[2]}};
+  j["ssm_snapshots_served_by_tier"] = {
+      {"gpu", f.snapshot_tiers[0]}, {"host", f.snapshot_tiers[1]}, {"disk", f.snapshot_tiers[2]}};
   j["ssm_snapshot_lookups"] = f.snapshot_lookups;
   j["suspends"] = c.suspends;
   j["resumes"] = c.resumes;
@@ -200,7 +199,8 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
   }
   std::printf("\n");
   if (o.rebalance == "on") {
-    std::printf("rebalancing         %llu steps; slots at the end:", static_cast<ull>(c.adjustments));
+    std::printf("rebalancing         %llu steps; slots at the end:",
+                static_cast<ull>(c.adjustments));
     for (size_t t = 0; t < c.end_slots.size(); ++t) {
       std::printf(" %s", tier_kind_name(plan.tiers()[t].kind));
       for (const PoolGroup& pg : plan.pool_groups())

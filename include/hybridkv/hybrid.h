@@ -77,8 +77,8 @@ struct ServingConfig {
   // The longest request the engine admits: the GPU always keeps room for one of them (a
   // constraint), also while rebalancing moves slots between pool groups.
   std::optional<uint64_t> max_seq_len;
-  bool pool_rebalance = false;       // ManagerConfig::pool_rebalance: the split follows use
-  bool selective_offload = true;     // ManagerConfig::selective_offload
+  bool pool_rebalance = false;          // ManagerConfig::pool_rebalance: the split follows use
+  bool selective_offload = true;        // ManagerConfig::selective_offload
   bool snapshot_aware_eviction = true;  // ManagerConfig::snapshot_aware_eviction
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype (reduced precision)
   SnapshotPolicy snapshots;

@@ -174,8 +174,8 @@ struct PoolGroup {
   bool fixed_private = false;  // the max_live_kv_caches PRIVATE SSM pool: exactly floor slots
   // Reduced-precision snapshots of this SSM cache group, and nothing else (groups is empty).
   std::optional<CacheGroupId> snapshots_of;
-  bool live_floor = false;     // block reuse off: an SSM pool held at its live floor
-  uint64_t floor_slots = 0;    // GPU slots guaranteed: ceil(max(reasons) / max_util_for_resume)
+  bool live_floor = false;   // block reuse off: an SSM pool held at its live floor
+  uint64_t floor_slots = 0;  // GPU slots guaranteed: ceil(max(reasons) / max_util_for_resume)
   std::vector<FloorReason> floor_reasons;
 };
 

@@ -14,11 +14,16 @@ std::vector<ConvertSegment> snapshot_segments(const StoragePlan& plan, CacheGrou
     const bool shrinks = buffer.snapshot_size != buffer.size;
     ConvertSegment s;
     if (to_snapshot) {
-      s = {buffer.pool, buffer.offset, buffer.size, buffer.snapshot_pool, buffer.snapshot_offset,
+      s = {buffer.pool,
+           buffer.offset,
+           buffer.size,
+           buffer.snapshot_pool,
+           buffer.snapshot_offset,
            shrinks ? Conversion::kF32ToBF16 : Conversion::kCopy};
     } else {
-      s = {buffer.snapshot_pool, buffer.snapshot_offset, buffer.snapshot_size, buffer.pool,
-           buffer.offset, shrinks ? Conversion::kBF16ToF32 : Conversion::kCopy};
+      s = {buffer.snapshot_pool, buffer.snapshot_offset,
+           buffer.snapshot_size, buffer.pool,
+           buffer.offset,        shrinks ? Conversion::kBF16ToF32 : Conversion::kCopy};
     }
     out.push_back(s);
   }

@@ -74,8 +74,8 @@ void add_snapshot_pool_group(DType dtype, CacheGroup& group, Structure& s) {
     PlannedBuffer& buffer = s.buffers[b];
     const bool f32 = buffer.dtype == DType::kF32;
     buffer.snapshot_dtype = f32 ? dtype : buffer.dtype;
-    buffer.snapshot_size = f32 ? buffer.size / dtype_size(DType::kF32) * dtype_size(dtype)
-                               : buffer.size;
+    buffer.snapshot_size =
+        f32 ? buffer.size / dtype_size(DType::kF32) * dtype_size(dtype) : buffer.size;
     shrinks = shrinks || f32;
     sizes.push_back(buffer.snapshot_size);
   }

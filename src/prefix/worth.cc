@@ -75,7 +75,8 @@ NodeId PrefixIndex::superseded_by(NodeId id) const {
 
 void PrefixIndex::mark_superseded(NodeId id, bool demoted) {
   const NodeId above = superseded_by(id);
-  if (above != kNoNode) storage_.set_demoted(tree_.pages(above)[resume_group_->value].page, demoted);
+  if (above != kNoNode)
+    storage_.set_demoted(tree_.pages(above)[resume_group_->value].page, demoted);
 }
 
 }  // namespace hybridkv::prefix

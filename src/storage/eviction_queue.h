@@ -1,6 +1,7 @@
 // EvictionQueue: pages of one (tier, pool group) and one kind (HELD or DROPPABLE), lowest
-// rank (demoted first, then priority) first and least recently used first within a priority. Buckets per priority hold
-// intrusive doubly linked lists threaded through the pages' prev/next fields.
+// rank (demoted first, then priority) first and least recently used first within a priority.
+// Buckets per priority hold intrusive doubly linked lists threaded through the pages' prev/next
+// fields.
 //
 // Only Storage uses it (it is the only writer of a page's queue links).
 // Cost: push/remove O(log P) for P distinct priorities in use; front O(log P).

@@ -54,7 +54,8 @@ struct Page {
   // dropped rather than copied down a tier.
   bool demoted = false;
   uint32_t hits = 0;      // times a match served the page since it was allocated
-  uint64_t lru_tick = 0;  // when the page became evictable (queue order within a priority)  // when the page became evictable (queue order within a priority)
+  uint64_t lru_tick = 0;  // when the page became evictable (queue order within a priority)  // when
+                          // the page became evictable (queue order within a priority)
   CopyEvent ready;        // last copy that wrote the page's slot
   // The copy of the page's last move to a colder tier, while it may not have run yet: in the
   // batch being collected (offload_pending) or submitted (offload_event, offload_index). A page

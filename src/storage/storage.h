@@ -68,8 +68,9 @@ class Storage {
   // --- pressure (pool rebalancing) ---
   // How long (in queue ticks) the page that (tier, pg) would evict next has waited: the oldest
   // DROPPABLE page that is not demoted. UINT64_MAX with a free slot and no eviction since the
-  // last reset_victims (no pressure); 0 when only HELD or demoted pages are left. Under one LRU over all bytes every pool group would show
-  // the same age: the rebalancer moves bytes toward the youngest.
+  // last reset_victims (no pressure); 0 when only HELD or demoted pages are left. Under one LRU
+  // over all bytes every pool group would show the same age: the rebalancer moves bytes toward the
+  // youngest.
   uint64_t pressure_age(TierIndex tier, PoolGroupId pg) const;
   // Evictions of pages that were not demoted on (tier, pg) since the last reset_victims.
   uint64_t victims(TierIndex tier, PoolGroupId pg) const { return slots(tier, pg).victims; }

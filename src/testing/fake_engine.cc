@@ -32,8 +32,7 @@ FakeEngine::FakeEngine(KvCacheManager& manager) : manager_(manager) {
       // A state kept as a bf16 snapshot must survive the round trip bit for bit.
       const bool bf16_exact = pb.snapshot_size != 0 && pb.snapshot_size != pb.size;
       buffers_[g.id.value].push_back({pb.layer, fnv(pb.role), pb.pool_group, pb.pool, pb.offset,
-                                      pb.size,
-                                      "layer " + std::to_string(pb.layer) + " " + pb.role,
+                                      pb.size, "layer " + std::to_string(pb.layer) + " " + pb.role,
                                       bf16_exact ? 0xbfff0000bfff0000ull : ~0ull});
     }
   }

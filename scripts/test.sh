@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: the format check, the normal build, and the AddressSanitizer + UBSan build.
+# Every test: the format check, the normal build (library, CLI, Python module), the C++ and Python
+# tests, `pip install .` of the Python package, and the AddressSanitizer + UBSan build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -8,10 +9,21 @@ jobs=$(nproc)
 echo "== format check"
 git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
 
-echo "== release build (build/release: library, CLI, tests, benchmarks)"
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+echo "== release build (build/release: library, CLI, Python module, tests, benchmarks)"
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDKV_PYTHON=ON \
+  -DPython_EXECUTABLE="$PWD/build/venv/bin/python" >/dev/null
 cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
+
+echo "== Python tests (pytest, the module from build/release)"
+PYTHONPATH=build/release/python build/venv/bin/python -m pytest -q python/tests
+
+echo "== pip install . (scikit-build-core builds the package; then it is imported from outside)"
+build/venv/bin/pip install -q --no-build-isolation --no-deps . >/tmp/hybridkv-pip-install.log 2>&1 ||
+  { cat /tmp/hybridkv-pip-install.log; exit 1; }
+root=$PWD
+(cd /tmp && "$root/build/venv/bin/python" -c \
+  'import hybridkv, sys; sys.exit(hybridkv.main(["plan", "--help"]) != 0)' >/dev/null)
 
 echo "== sanitizer build (build/asan: Debug with ASan + UBSan; invariants checked after every mutation)"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHYBRIDKV_SANITIZE=ON \

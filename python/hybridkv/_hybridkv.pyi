@@ -1,0 +1,376 @@
+from collections.abc import Sequence
+import enum
+from typing import Annotated, overload
+
+from numpy.typing import ArrayLike
+
+
+class BackendKind(enum.Enum):
+    NONE = 0
+
+    HOST = 1
+
+    CUDA = 2
+
+class CacheState(enum.Enum):
+    SUSPENDED = 0
+
+    ACTIVE = 1
+
+    CLOSED = 2
+
+class HybridCacheManager:
+    """Requests of a hybrid model on one rank (hybridkv/hybrid.h)."""
+
+    def __init__(self, model: ModelDescription, serving: ServingConfig, backend: BackendKind = BackendKind.HOST) -> None: ...
+
+    def add_request(self, request_id: int, prompt: Sequence[int]) -> None:
+        """A new request, SUSPENDED, holding what the tree offers."""
+
+    def resume(self, request_id: int) -> None:
+        """
+        Makes a SUSPENDED request ACTIVE (pages back on the GPU; RefusedError at the resume gate, OutOfPagesError without room).
+        """
+
+    def suspend(self, request_id: int) -> None:
+        """
+        Makes an ACTIVE request SUSPENDED: its pages stay, and may move to a colder tier.
+        """
+
+    def resize(self, request_id: int, capacity: int, history: int) -> None:
+        """
+        Tokens the next step computes up to (capacity) and tokens computed (history); OutOfPagesError changes nothing.
+        """
+
+    def reprefill(self, request_id: int) -> None:
+        """
+        The request comes back as a context request: state dropped, matched against the tree again.
+        """
+
+    def free_request(self, request_id: int) -> None:
+        """
+        Frees everything the request holds; committed pages stay in the prefix tree.
+        """
+
+    def next_snapshot_point(self, request_id: int) -> int:
+        """
+        Where the request's next prefill chunk should end (the snapshot policy; the prompt's end at most).
+        """
+
+    def commit_at_snapshot(self, request_id: int) -> None:
+        """
+        Publishes the prompt's computed tokens; states only at snapshot points.
+        """
+
+    def commit_answer(self, request_id: int, generated: Sequence[int]) -> None:
+        """
+        Publishes the rest of the prompt and the generated tokens, with a snapshot at history (chat).
+        """
+
+    def request(self, request_id: int) -> dict:
+        """history, capacity, reused tokens and state of a request"""
+
+    def block_table(self, request_id: int, group: int, beam: int = 0) -> list[int]:
+        """
+        A copy of the request's block table for a cache group (per-step handoff: decode_step).
+        """
+
+    def decode_step(self, request_ids: Annotated[ArrayLike, dict(dtype='uint64', shape=(None), order='C', device='cpu', writable=False)], group: int | None = None) -> tuple:
+        """
+        One decode step for a batch: every request grows by one token; returns numpy views (state indices, replay indices, block tables of `group` [requests, blocks]) over buffers the manager owns and rewrites at the next call.
+        """
+
+    def pool_view(self, tier: TierKind, pool_group: int, pool: int = 0) -> object:
+        """
+        A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.
+        """
+
+    @property
+    def state_group(self) -> int | None: ...
+
+    @property
+    def num_requests(self) -> int:
+        """Requests alive."""
+
+    def reuse_stats(self) -> dict:
+        """Prefix-reuse counters per cache group, and the tree size."""
+
+    def need_adjustment(self) -> bool:
+        """Whether a rebalancing step would move slots between pool groups now."""
+
+    def adjust(self) -> bool:
+        """
+        Takes one rebalancing step (ServingConfig.pool_rebalance); returns whether slots moved.
+        """
+
+class HybridKvError(RuntimeError):
+    pass
+
+class ModelDescription:
+    """A model's cache layers (read_model_config)."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def model_type(self) -> str: ...
+
+    @property
+    def family(self) -> str: ...
+
+    @property
+    def num_model_layers(self) -> int: ...
+
+    @property
+    def tp_size(self) -> int: ...
+
+    @property
+    def kv_bytes_per_token(self) -> int: ...
+
+    @property
+    def state_bytes_per_sequence(self) -> int: ...
+
+    @property
+    def num_attention_layers(self) -> int: ...
+
+    @property
+    def num_recurrent_layers(self) -> int: ...
+
+class OutOfPagesError(HybridKvError):
+    pass
+
+class RefusedError(HybridKvError):
+    pass
+
+class ReplayLayout(enum.Enum):
+    PRIVATE = 0
+
+    RING = 1
+
+class ServingConfig:
+    """Serving settings of one rank (hybridkv/hybrid.h)."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def max_batch(self) -> int: ...
+
+    @max_batch.setter
+    def max_batch(self, arg: int, /) -> None: ...
+
+    @property
+    def pp_size(self) -> int: ...
+
+    @pp_size.setter
+    def pp_size(self, arg: int, /) -> None: ...
+
+    @property
+    def pp_rank(self) -> int: ...
+
+    @pp_rank.setter
+    def pp_rank(self, arg: int, /) -> None: ...
+
+    @property
+    def overlap_scheduling(self) -> bool: ...
+
+    @overlap_scheduling.setter
+    def overlap_scheduling(self, arg: bool, /) -> None: ...
+
+    @property
+    def dummy_slots(self) -> int: ...
+
+    @dummy_slots.setter
+    def dummy_slots(self, arg: int, /) -> None: ...
+
+    @property
+    def num_spec_tokens(self) -> int: ...
+
+    @num_spec_tokens.setter
+    def num_spec_tokens(self, arg: int, /) -> None: ...
+
+    @property
+    def replay_layout(self) -> ReplayLayout: ...
+
+    @replay_layout.setter
+    def replay_layout(self, arg: ReplayLayout, /) -> None: ...
+
+    @property
+    def tokens_per_block(self) -> int: ...
+
+    @tokens_per_block.setter
+    def tokens_per_block(self, arg: int, /) -> None: ...
+
+    @property
+    def tiers(self) -> list[TierConfig]: ...
+
+    @tiers.setter
+    def tiers(self, arg: Sequence[TierConfig], /) -> None: ...
+
+    @property
+    def max_util_for_resume(self) -> float: ...
+
+    @max_util_for_resume.setter
+    def max_util_for_resume(self, arg: float, /) -> None: ...
+
+    @property
+    def enable_block_reuse(self) -> bool: ...
+
+    @enable_block_reuse.setter
+    def enable_block_reuse(self, arg: bool, /) -> None: ...
+
+    @property
+    def enable_partial_reuse(self) -> bool: ...
+
+    @enable_partial_reuse.setter
+    def enable_partial_reuse(self, arg: bool, /) -> None: ...
+
+    @property
+    def typical_len(self) -> int: ...
+
+    @typical_len.setter
+    def typical_len(self, arg: int, /) -> None: ...
+
+    @property
+    def max_seq_len(self) -> int | None: ...
+
+    @max_seq_len.setter
+    def max_seq_len(self, arg: int, /) -> None: ...
+
+    @property
+    def pool_rebalance(self) -> bool: ...
+
+    @pool_rebalance.setter
+    def pool_rebalance(self, arg: bool, /) -> None: ...
+
+    @property
+    def selective_offload(self) -> bool: ...
+
+    @selective_offload.setter
+    def selective_offload(self, arg: bool, /) -> None: ...
+
+    @property
+    def snapshot_aware_eviction(self) -> bool: ...
+
+    @snapshot_aware_eviction.setter
+    def snapshot_aware_eviction(self, arg: bool, /) -> None: ...
+
+    @property
+    def snapshots(self) -> SnapshotPolicy: ...
+
+    @snapshots.setter
+    def snapshots(self, arg: SnapshotPolicy, /) -> None: ...
+
+class SnapshotPolicy:
+    """Where SSM snapshots are taken."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def periodic_interval(self) -> int | None: ...
+
+    @periodic_interval.setter
+    def periodic_interval(self, arg: int, /) -> None: ...
+
+    @property
+    def aligned_end(self) -> int | None: ...
+
+    @aligned_end.setter
+    def aligned_end(self, arg: int, /) -> None: ...
+
+    @property
+    def offsets_from_start(self) -> list[int]: ...
+
+    @offsets_from_start.setter
+    def offsets_from_start(self, arg: Sequence[int], /) -> None: ...
+
+    @property
+    def offsets_from_end(self) -> list[int]: ...
+
+    @offsets_from_end.setter
+    def offsets_from_end(self, arg: Sequence[int], /) -> None: ...
+
+    @property
+    def final_prompt_boundary(self) -> bool: ...
+
+    @final_prompt_boundary.setter
+    def final_prompt_boundary(self, arg: bool, /) -> None: ...
+
+    @property
+    def branch_point(self) -> bool: ...
+
+    @branch_point.setter
+    def branch_point(self, arg: bool, /) -> None: ...
+
+    @property
+    def demand_driven(self) -> bool: ...
+
+    @demand_driven.setter
+    def demand_driven(self, arg: bool, /) -> None: ...
+
+    @property
+    def answer_end(self) -> bool: ...
+
+    @answer_end.setter
+    def answer_end(self, arg: bool, /) -> None: ...
+
+class TierConfig:
+    """One memory tier: kind, quota, directory (disk)."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def kind(self) -> TierKind: ...
+
+    @kind.setter
+    def kind(self, arg: TierKind, /) -> None: ...
+
+    @property
+    def quota_bytes(self) -> int: ...
+
+    @quota_bytes.setter
+    def quota_bytes(self, arg: int, /) -> None: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @path.setter
+    def path(self, arg: str, /) -> None: ...
+
+    @property
+    def max_quota_bytes(self) -> int: ...
+
+    @max_quota_bytes.setter
+    def max_quota_bytes(self, arg: int, /) -> None: ...
+
+class TierKind(enum.Enum):
+    GPU = 0
+
+    HOST = 1
+
+    DISK = 2
+
+def plan_json(model: ModelDescription, serving: ServingConfig) -> str:
+    """The storage plan as `hybridkv plan --json` prints it (a string)."""
+
+def plan_text(model: ModelDescription, serving: ServingConfig) -> str:
+    """The storage plan as `hybridkv plan` prints it."""
+
+def read_model_config(source: object, tp: int = 1, kv_dtype: str | None = None, ssm_dtype: str | None = None) -> ModelDescription:
+    """
+    A HuggingFace config.json (a path, or the parsed dict) as a ModelDescription.
+    """
+
+def run_cli(argv: Sequence[str]) -> int:
+    """Runs `hybridkv argv[1:]...` in this process; returns the exit code."""

@@ -1,0 +1,296 @@
+// The hybrid manager: requests, snapshots, the per-step index handoff (one batched call, its
+// indices written into buffers the manager owns and numpy views over them), pool views and
+// statistics.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+
+#include "bindings.h"
+#include "hybridkv/hybrid.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace hybridkv::python {
+namespace {
+
+using Ids = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using IndexArray = nb::ndarray<nb::numpy, int32_t>;
+
+// The Python object behind hybridkv.HybridCacheManager.
+class Manager {
+ public:
+  Manager(const ModelDescription& model, const ServingConfig& serving, BackendKind backend) {
+    h_ = value_or_raise(HybridCacheManager::create(model, serving, BackendOptions{backend}));
+    const size_t groups = h_->plan().cache_groups().size();
+    table_width_ = 0;
+    groups_ = groups;
+  }
+
+  // Runs `fn` on the manager with the GIL released and the manager's lock held.
+  template <typename Fn>
+  auto locked(Fn&& fn) {
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return fn(*h_);
+  }
+  template <typename Fn>
+  void call(Fn&& fn) {
+    raise_if_error(locked(std::forward<Fn>(fn)));
+  }
+
+  HybridCacheManager& h() { return *h_; }
+
+  // Grows every request of `ids` by one token (resize to history + 1) and writes the step's
+  // indices into the manager's buffers: state and replay index per request, and for `group`
+  // the block table of each request (row r, -1 past its blocks). One call per step; the arrays
+  // returned by step_arrays() see the new values.
+  void decode_step(const Ids& ids, std::optional<uint32_t> group) {
+    const size_t n = ids.shape(0);
+    raise_if_error(locked([&](HybridCacheManager& h) -> Status {
+      for (size_t i = 0; i < n; ++i) {
+        KvCache* c = h.cache(ids(i));
+        if (c == nullptr)
+          return Status::not_found("decode_step: no request " + std::to_string(ids(i)));
+        if (Status s = h.resize(ids(i), c->history() + 1, c->history()); !s) return s;
+      }
+      return fill_step(h, ids.data(), n, group);
+    }));
+  }
+
+  nb::tuple step_arrays(nb::handle self) {
+    const size_t n = step_requests_;
+    auto state = IndexArray(state_.data(), {n}, self);
+    auto replay = IndexArray(replay_.data(), {n}, self);
+    auto tables = IndexArray(tables_.data(), {n, table_width_}, self);
+    return nb::make_tuple(state, replay, tables);
+  }
+
+  std::byte* slot_address(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot) {
+    return h_->manager().slot_address(tier, pg, pool, slot);
+  }
+
+ private:
+  Status fill_step(HybridCacheManager& h, const uint64_t* ids, size_t n,
+                   std::optional<uint32_t> group) {
+    Result<HybridCacheManager::Step> step = h.prepare_step(std::span(ids, n), 0);
+    if (!step) return step.status();
+    size_t width = 0;
+    if (group) {
+      for (size_t i = 0; i < n; ++i) {
+        Result<std::span<const int32_t>> t = h.cache(ids[i])->block_table(CacheGroupId(*group));
+        if (!t) return t.status();
+        width = std::max(width, t->size());
+      }
+    }
+    // Buffers only grow, so views taken earlier stay valid (they see the new step).
+    if (state_.size() < n) {
+      state_.resize(std::max(n, 2 * state_.size()));
+      replay_.resize(state_.size());
+    }
+    if (tables_.size() < n * width) tables_.resize(std::max(n * width, 2 * tables_.size()));
+    for (size_t i = 0; i < n; ++i) {
+      state_[i] = step->entries[i].state_index;
+      replay_[i] = step->entries[i].replay_index;
+      if (!group) continue;
+      const std::span<const int32_t> t = *h.cache(ids[i])->block_table(CacheGroupId(*group));
+      std::copy(t.begin(), t.end(), tables_.begin() + static_cast<int64_t>(i * width));
+      std::fill(tables_.begin() + static_cast<int64_t>(i * width + t.size()),
+                tables_.begin() + static_cast<int64_t>((i + 1) * width), kBadPageIndex);
+    }
+    step_requests_ = n;
+    table_width_ = width;
+    resets_ = step->replay_resets;
+    return Status::ok();
+  }
+
+  std::unique_ptr<HybridCacheManager> h_;
+  std::mutex mu_;
+  size_t groups_ = 0;
+  std::vector<int32_t> state_, replay_, tables_, resets_;
+  size_t step_requests_ = 0;
+  size_t table_width_ = 0;
+};
+
+std::vector<int32_t> copy_table(Manager& m, uint64_t id, uint32_t group, uint32_t beam) {
+  std::vector<int32_t> out;
+  m.call([&](HybridCacheManager& h) -> Status {
+    KvCache* c = h.cache(id);
+    if (c == nullptr) return Status::not_found("no request " + std::to_string(id));
+    Result<std::span<const int32_t>> t = c->block_table(CacheGroupId(group), beam);
+    if (!t) return t.status();
+    out.assign(t->begin(), t->end());
+    return Status::ok();
+  });
+  return out;
+}
+
+// A whole pool of one tier as a numpy array [slots, slot bytes] over the backend's memory
+// (host backend; None for the none backend, which holds no bytes).
+nb::object pool_view(nb::handle self, TierKind tier, uint32_t pool_group, uint32_t pool) {
+  Manager& m = nb::cast<Manager&>(self);
+  const StoragePlan& plan = m.h().plan();
+  if (pool_group >= plan.pool_groups().size())
+    throw nb::value_error(("pool_view: no pool group " + std::to_string(pool_group)).c_str());
+  const PoolGroup& pg = plan.pool_group(PoolGroupId(pool_group));
+  if (pool >= pg.pools.size())
+    throw nb::value_error(("pool_view: pool group " + std::to_string(pool_group) + " has no pool " +
+                           std::to_string(pool))
+                              .c_str());
+  const TierPlan* t = plan.tier(tier);
+  if (t == nullptr) throw nb::value_error("pool_view: the tier is not configured");
+  std::byte* base = m.slot_address(tier, PoolGroupId(pool_group), pool, 0);
+  if (base == nullptr) return nb::none();
+  const size_t slots = t->reserved_slots[pool_group];
+  return nb::cast(nb::ndarray<nb::numpy, uint8_t>(reinterpret_cast<uint8_t*>(base),
+                                                  {slots, pg.pools[pool].slot_bytes}, self));
+}
+
+nb::dict reuse_stats(Manager& m) {
+  const ReuseStats s = m.locked([](HybridCacheManager& h) { return h.manager().reuse_stats(); });
+  nb::list groups;
+  for (const GroupReuseStats& g : s.groups) {
+    nb::dict d;
+    d["lookups"] = g.lookups;
+    d["hits"] = g.hits;
+    d["reused_tokens"] = g.reused_tokens;
+    d["snapshots_stored"] = g.snapshots_stored;
+    d["snapshots_removed"] = g.snapshots_removed;
+    groups.append(d);
+  }
+  nb::dict out;
+  out["groups"] = groups;
+  out["tree_blocks"] = s.tree_blocks;
+  return out;
+}
+
+}  // namespace
+
+void bind_manager(nb::module_& m) {
+  nb::class_<Manager>(m, "HybridCacheManager",
+                      "Requests of a hybrid model on one rank (hybridkv/hybrid.h).")
+      .def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind>(), "model"_a,
+           "serving"_a, "backend"_a = BackendKind::kHost)
+      .def(
+          "add_request",
+          [](Manager& m, uint64_t id, std::vector<int32_t> prompt) {
+            m.call([&](HybridCacheManager& h) { return h.add_request(id, prompt); });
+          },
+          "request_id"_a, "prompt"_a, "A new request, SUSPENDED, holding what the tree offers.")
+      .def(
+          "resume", [](Manager& m, uint64_t id) { m.call([&](auto& h) { return h.resume(id); }); },
+          "request_id"_a,
+          "Makes a SUSPENDED request ACTIVE (pages back on the GPU; RefusedError at the resume "
+          "gate, OutOfPagesError without room).")
+      .def(
+          "suspend",
+          [](Manager& m, uint64_t id) { m.call([&](auto& h) { return h.suspend(id); }); },
+          "request_id"_a,
+          "Makes an ACTIVE request SUSPENDED: its pages stay, and may move to a colder tier.")
+      .def(
+          "resize",
+          [](Manager& m, uint64_t id, uint64_t capacity, uint64_t history) {
+            m.call([&](auto& h) { return h.resize(id, capacity, history); });
+          },
+          "request_id"_a, "capacity"_a, "history"_a,
+          "Tokens the next step computes up to (capacity) and tokens computed (history); "
+          "OutOfPagesError changes nothing.")
+      .def(
+          "reprefill",
+          [](Manager& m, uint64_t id) { m.call([&](auto& h) { return h.reprefill(id); }); },
+          "request_id"_a,
+          "The request comes back as a context request: state dropped, matched against the tree "
+          "again.")
+      .def(
+          "free_request",
+          [](Manager& m, uint64_t id) { m.call([&](auto& h) { return h.free_request(id); }); },
+          "request_id"_a,
+          "Frees everything the request holds; committed pages stay in the prefix tree.")
+      .def(
+          "next_snapshot_point",
+          [](Manager& m, uint64_t id) {
+            return value_or_raise(m.locked([&](auto& h) { return h.next_snapshot_point(id); }));
+          },
+          "request_id"_a,
+          "Where the request's next prefill chunk should end (the snapshot policy; the prompt's "
+          "end at most).")
+      .def(
+          "commit_at_snapshot",
+          [](Manager& m, uint64_t id) {
+            m.call([&](auto& h) { return h.commit_at_snapshot(id); });
+          },
+          "request_id"_a, "Publishes the prompt's computed tokens; states only at snapshot points.")
+      .def(
+          "commit_answer",
+          [](Manager& m, uint64_t id, std::vector<int32_t> generated) {
+            m.call([&](auto& h) { return h.commit_answer(id, generated); });
+          },
+          "request_id"_a, "generated"_a,
+          "Publishes the rest of the prompt and the generated tokens, with a snapshot at history "
+          "(chat).")
+      .def(
+          "request",
+          [](Manager& m, uint64_t id) {
+            nb::dict d;
+            uint64_t history = 0, capacity = 0, reused = 0;
+            CacheState state = CacheState::kClosed;
+            m.call([&](HybridCacheManager& h) -> Status {
+              KvCache* c = h.cache(id);
+              if (c == nullptr) return Status::not_found("no request " + std::to_string(id));
+              history = c->history();
+              capacity = c->capacity();
+              reused = c->reuse_match().reused_tokens;
+              state = c->state();
+              return Status::ok();
+            });
+            d["history"] = history;
+            d["capacity"] = capacity;
+            d["reused_tokens"] = reused;
+            d["state"] = state;
+            return d;
+          },
+          "request_id"_a, "history, capacity, reused tokens and state of a request")
+      .def("block_table", &copy_table, "request_id"_a, "group"_a, "beam"_a = 0,
+           "A copy of the request's block table for a cache group (per-step handoff: decode_step).")
+      .def(
+          "decode_step",
+          [](nb::handle self, const Ids& ids, std::optional<uint32_t> group) {
+            Manager& m = nb::cast<Manager&>(self);
+            m.decode_step(ids, group);
+            return m.step_arrays(self);
+          },
+          "request_ids"_a, "group"_a = nb::none(),
+          "One decode step for a batch: every request grows by one token; returns numpy views "
+          "(state indices, replay indices, block tables of `group` [requests, blocks]) over "
+          "buffers the manager owns and rewrites at the next call.")
+      .def("pool_view", &pool_view, "tier"_a, "pool_group"_a, "pool"_a = 0,
+           "A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.")
+      .def_prop_ro("state_group",
+                   [](Manager& m) -> std::optional<uint32_t> {
+                     const auto g = m.h().state_group();
+                     return g ? std::optional<uint32_t>(g->value) : std::nullopt;
+                   })
+      .def_prop_ro(
+          "num_requests", [](Manager& m) { return m.h().num_requests(); }, "Requests alive.")
+      .def("reuse_stats", &reuse_stats, "Prefix-reuse counters per cache group, and the tree size.")
+      .def(
+          "need_adjustment",
+          [](Manager& m) {
+            return m.locked([](HybridCacheManager& h) { return h.manager().need_adjustment(); });
+          },
+          "Whether a rebalancing step would move slots between pool groups now.")
+      .def(
+          "adjust",
+          [](Manager& m) {
+            return value_or_raise(
+                m.locked([](HybridCacheManager& h) { return h.manager().adjust(); }));
+          },
+          "Takes one rebalancing step (ServingConfig.pool_rebalance); returns whether slots "
+          "moved.");
+}
+
+}  // namespace hybridkv::python

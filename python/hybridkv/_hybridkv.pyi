@@ -92,6 +92,15 @@ class HybridCacheManager:
     def num_requests(self) -> int:
         """Requests alive."""
 
+    @property
+    def replay_resets(self) -> list[int]:
+        """Replay indices the engine resets before running the last decode_step."""
+
+    def take_iteration_stats(self) -> dict:
+        """
+        Counters since the previous call (then zero): pages, tier moves, suspends, resumes.
+        """
+
     def reuse_stats(self) -> dict:
         """Prefix-reuse counters per cache group, and the tree size."""
 

@@ -70,6 +70,9 @@ class Manager {
     return nb::make_tuple(state, replay, tables);
   }
 
+  // Replay indices whose replay state the engine must reset before the last decode_step.
+  std::vector<int32_t> replay_resets() const { return resets_; }
+
   std::byte* slot_address(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot) {
     return h_->manager().slot_address(tier, pg, pool, slot);
   }
@@ -148,6 +151,22 @@ nb::object pool_view(nb::handle self, TierKind tier, uint32_t pool_group, uint32
   const size_t slots = t->reserved_slots[pool_group];
   return nb::cast(nb::ndarray<nb::numpy, uint8_t>(reinterpret_cast<uint8_t*>(base),
                                                   {slots, pg.pools[pool].slot_bytes}, self));
+}
+
+nb::dict iteration_stats(Manager& m) {
+  const IterationStats s =
+      m.locked([](HybridCacheManager& h) { return h.manager().take_iteration_stats(); });
+  nb::dict d;
+  d["pages_allocated"] = s.pages_allocated;
+  d["bytes_offloaded"] = s.bytes_offloaded;
+  d["bytes_onboarded"] = s.bytes_onboarded;
+  d["bytes_offload_cancelled"] = s.bytes_offload_cancelled;
+  d["device_copies"] = s.device_copies;
+  d["pages_dropped"] = s.pages_dropped;
+  d["suspends"] = s.suspends;
+  d["resumes"] = s.resumes;
+  d["refused_resumes"] = s.refused_resumes;
+  return d;
 }
 
 nb::dict reuse_stats(Manager& m) {
@@ -276,6 +295,10 @@ void bind_manager(nb::module_& m) {
                    })
       .def_prop_ro(
           "num_requests", [](Manager& m) { return m.h().num_requests(); }, "Requests alive.")
+      .def_prop_ro("replay_resets", &Manager::replay_resets,
+                   "Replay indices the engine resets before running the last decode_step.")
+      .def("take_iteration_stats", &iteration_stats,
+           "Counters since the previous call (then zero): pages, tier moves, suspends, resumes.")
       .def("reuse_stats", &reuse_stats, "Prefix-reuse counters per cache group, and the tree size.")
       .def(
           "need_adjustment",

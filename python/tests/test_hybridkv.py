@@ -110,6 +110,9 @@ def test_step_arrays_alias_the_managers_buffers_and_pool_views_alias_its_memory(
         prefill(h, int(rid), 40)
     state, replay, tables = h.decode_step(ids, group=1)
     assert tables.shape == (2, 3) and list(tables[0]) == h.block_table(1, 1)
+    assert state[0] != state[1]  # each request its own state slot
+    assert h.replay_resets == []  # no speculative decoding: no replay state
+    assert h.take_iteration_stats()["pages_allocated"] > 0
     first = tables[1].copy()
     # The next step rewrites the same buffer: the earlier view sees it (no copy per step).
     h.free_request(1)

@@ -187,13 +187,10 @@ nb::dict reuse_stats(Manager& m) {
   return out;
 }
 
-}  // namespace
-
-void bind_manager(nb::module_& m) {
-  nb::class_<Manager>(m, "HybridCacheManager",
-                      "Requests of a hybrid model on one rank (hybridkv/hybrid.h).")
-      .def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind>(), "model"_a,
-           "serving"_a, "backend"_a = BackendKind::kHost)
+// Requests: their lifecycle, snapshots and what the manager knows of each.
+void bind_requests(nb::class_<Manager>& cls) {
+  cls.def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind>(), "model"_a,
+          "serving"_a, "backend"_a = BackendKind::kHost)
       .def(
           "add_request",
           [](Manager& m, uint64_t id, std::vector<int32_t> prompt) {
@@ -272,9 +269,13 @@ void bind_manager(nb::module_& m) {
             d["state"] = state;
             return d;
           },
-          "request_id"_a, "history, capacity, reused tokens and state of a request")
-      .def("block_table", &copy_table, "request_id"_a, "group"_a, "beam"_a = 0,
-           "A copy of the request's block table for a cache group (per-step handoff: decode_step).")
+          "request_id"_a, "history, capacity, reused tokens and state of a request");
+}
+
+// The per-step handoff, memory views, statistics and rebalancing.
+void bind_steps(nb::class_<Manager>& cls) {
+  cls.def("block_table", &copy_table, "request_id"_a, "group"_a, "beam"_a = 0,
+          "A copy of the request's block table for a cache group (per-step handoff: decode_step).")
       .def(
           "decode_step",
           [](nb::handle self, const Ids& ids, std::optional<uint32_t> group) {
@@ -314,6 +315,15 @@ void bind_manager(nb::module_& m) {
           },
           "Takes one rebalancing step (ServingConfig.pool_rebalance); returns whether slots "
           "moved.");
+}
+
+}  // namespace
+
+void bind_manager(nb::module_& m) {
+  nb::class_<Manager> cls(m, "HybridCacheManager",
+                          "Requests of a hybrid model on one rank (hybridkv/hybrid.h).");
+  bind_requests(cls);
+  bind_steps(cls);
 }
 
 }  // namespace hybridkv::python

@@ -70,6 +70,11 @@ class HybridCacheManager:
     def request(self, request_id: int) -> dict:
         """history, capacity, reused tokens and state of a request"""
 
+    def buffer_view(self, tier: TierKind, layer: int, role: str) -> object:
+        """
+        One buffer of one layer as a numpy array [slots, elements] over the manager's memory (row = slot index; bf16 shows as uint16).
+        """
+
     def block_table(self, request_id: int, group: int, beam: int = 0) -> list[int]:
         """
         A copy of the request's block table for a cache group (per-step handoff: decode_step).

@@ -153,6 +153,41 @@ nb::object pool_view(nb::handle self, TierKind tier, uint32_t pool_group, uint32
                                                   {slots, pg.pools[pool].slot_bytes}, self));
 }
 
+// The element type numpy shows for a buffer dtype (bf16 and fp8 as raw integers of their width).
+nb::dlpack::dtype numpy_dtype(std::optional<DType> dtype) {
+  switch (dtype.value_or(DType::kUINT8)) {
+    case DType::kF32:
+      return nb::dtype<float>();
+    case DType::kF16:
+      return nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::kBF16:
+      return nb::dtype<uint16_t>();
+    case DType::kINT8:
+      return nb::dtype<int8_t>();
+    default:
+      return nb::dtype<uint8_t>();
+  }
+}
+
+// One buffer of one layer across every slot of a tier: a numpy array [slots, elements] with the
+// pool's slot as the row stride, over the manager's memory (None for the none backend). The
+// SSM state of request r is row state_index(r) of its "ssm_state" buffer.
+nb::object buffer_view(nb::handle self, TierKind tier, uint32_t layer, const std::string& role) {
+  Manager& m = nb::cast<Manager&>(self);
+  const StoragePlan& plan = m.h().plan();
+  const PlannedBuffer& b = *value_or_raise(plan.find_buffer(LayerId(layer), role));
+  const TierPlan* t = plan.tier(tier);
+  if (t == nullptr) throw nb::value_error("buffer_view: the tier is not configured");
+  std::byte* base = m.slot_address(tier, b.pool_group, b.pool, 0);
+  if (base == nullptr) return nb::none();
+  const uint64_t element = b.dtype ? dtype_size(*b.dtype) : 1;
+  const uint64_t slot_bytes = plan.pool_group(b.pool_group).pools[b.pool].slot_bytes;
+  const size_t shape[2] = {t->reserved_slots[b.pool_group.value], b.size / element};
+  const int64_t strides[2] = {static_cast<int64_t>(slot_bytes / element), 1};
+  return nb::cast(
+      nb::ndarray<nb::numpy>(base + b.offset, 2, shape, self, strides, numpy_dtype(b.dtype)));
+}
+
 nb::dict iteration_stats(Manager& m) {
   const IterationStats s =
       m.locked([](HybridCacheManager& h) { return h.manager().take_iteration_stats(); });
@@ -274,6 +309,9 @@ void bind_requests(nb::class_<Manager>& cls) {
 
 // The per-step handoff, memory views, statistics and rebalancing.
 void bind_steps(nb::class_<Manager>& cls) {
+  cls.def("buffer_view", &buffer_view, "tier"_a, "layer"_a, "role"_a,
+          "One buffer of one layer as a numpy array [slots, elements] over the manager's memory "
+          "(row = slot index; bf16 shows as uint16).");
   cls.def("block_table", &copy_table, "request_id"_a, "group"_a, "beam"_a = 0,
           "A copy of the request's block table for a cache group (per-step handoff: decode_step).")
       .def(

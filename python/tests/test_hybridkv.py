@@ -127,6 +127,15 @@ def test_step_arrays_alias_the_managers_buffers_and_pool_views_alias_its_memory(
     assert list(b[slot, :8]) == list(range(8))
     with pytest.raises(ValueError, match="the tier is not configured"):
         h.pool_view(hk.TierKind.HOST, 1)
+    # A layer's SSM state as float32 rows: the row of a request's state index is its state, and
+    # numpy's DLPack export sees the same memory.
+    ssm = h.buffer_view(hk.TierKind.GPU, 0, "ssm_state")
+    assert ssm.dtype == np.float32 and ssm.strides[1] == 4 and ssm.strides[0] >= ssm.shape[1] * 4
+    ssm[int(state[1]), :4] = [1.5, 2.5, 3.5, 4.5]
+    again_view = np.from_dlpack(h.buffer_view(hk.TierKind.GPU, 0, "ssm_state"))
+    assert list(again_view[int(state[1]), :4]) == [1.5, 2.5, 3.5, 4.5]
+    with pytest.raises(KeyError):
+        h.buffer_view(hk.TierKind.GPU, 0, "no_such_role")
     with pytest.raises(ValueError, match="no pool group 9"):
         h.pool_view(hk.TierKind.GPU, 9)
 

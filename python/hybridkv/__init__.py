@@ -21,6 +21,7 @@ import json as _json
 from ._hybridkv import (  # noqa: F401  (the public names)
     BackendKind,
     CacheState,
+    DType,
     HybridCacheManager,
     HybridKvError,
     ModelDescription,
@@ -54,6 +55,7 @@ def main(argv=None):
 __all__ = [
     "BackendKind",
     "CacheState",
+    "DType",
     "HybridCacheManager",
     "HybridKvError",
     "ModelDescription",

@@ -19,6 +19,21 @@ class CacheState(enum.Enum):
 
     CLOSED = 2
 
+class DType(enum.Enum):
+    F32 = 0
+
+    F16 = 1
+
+    BF16 = 2
+
+    FP8_E4M3 = 3
+
+    FP8_E5M2 = 4
+
+    INT8 = 5
+
+    UINT8 = 6
+
 class HybridCacheManager:
     """Requests of a hybrid model on one rank (hybridkv/hybrid.h)."""
 
@@ -271,6 +286,12 @@ class ServingConfig:
 
     @snapshot_aware_eviction.setter
     def snapshot_aware_eviction(self, arg: bool, /) -> None: ...
+
+    @property
+    def snapshot_dtype(self) -> DType | None: ...
+
+    @snapshot_dtype.setter
+    def snapshot_dtype(self, arg: DType, /) -> None: ...
 
     @property
     def snapshots(self) -> SnapshotPolicy: ...

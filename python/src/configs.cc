@@ -76,6 +76,14 @@ void bind_configs(nb::module_& m) {
       .value("SUSPENDED", CacheState::kSuspended)
       .value("ACTIVE", CacheState::kActive)
       .value("CLOSED", CacheState::kClosed);
+  nb::enum_<DType>(m, "DType")
+      .value("F32", DType::kF32)
+      .value("F16", DType::kF16)
+      .value("BF16", DType::kBF16)
+      .value("FP8_E4M3", DType::kFP8E4M3)
+      .value("FP8_E5M2", DType::kFP8E5M2)
+      .value("INT8", DType::kINT8)
+      .value("UINT8", DType::kUINT8);
   nb::enum_<ReplayLayout>(m, "ReplayLayout")
       .value("PRIVATE", ReplayLayout::kPrivate)
       .value("RING", ReplayLayout::kRing);
@@ -118,6 +126,7 @@ void bind_configs(nb::module_& m) {
       .def_rw("pool_rebalance", &ServingConfig::pool_rebalance)
       .def_rw("selective_offload", &ServingConfig::selective_offload)
       .def_rw("snapshot_aware_eviction", &ServingConfig::snapshot_aware_eviction)
+      .def_rw("snapshot_dtype", &ServingConfig::snapshot_dtype)
       .def_rw("snapshots", &ServingConfig::snapshots);
 
   nb::class_<ModelDescription>(m, "ModelDescription", "A model's cache layers (read_model_config).")

@@ -47,6 +47,11 @@ def test_configs_keep_the_cpp_defaults_and_refuse_unknown_fields():
     assert s.max_batch == 3 and s.snapshots.aligned_end == 512
     with pytest.raises(TypeError, match="no field 'max_bat'"):
         hk.ServingConfig(max_bat=3)
+    assert hk.ServingConfig().snapshot_dtype is None
+    bf16 = hk.ServingConfig(snapshot_dtype=hk.DType.BF16)
+    assert "bf16 snapshots" in hk.plan_text(hk.read_model_config(NEMOTRON), bf16)
+    with pytest.raises(ValueError, match="snapshot_dtype fp8_e4m3 is not supported"):
+        hk.plan_text(hk.read_model_config(NEMOTRON), hk.ServingConfig(snapshot_dtype=hk.DType.FP8_E4M3))
 
 
 def test_model_from_a_dict_equals_the_file():

@@ -5,12 +5,84 @@ from typing import Annotated, overload
 from numpy.typing import ArrayLike
 
 
+class AttentionLayerConfig:
+    """An attention layer (full or sliding window)."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def id(self) -> int: ...
+
+    @id.setter
+    def id(self, arg: int, /) -> None: ...
+
+    @property
+    def window(self) -> int | None: ...
+
+    @window.setter
+    def window(self, arg: int, /) -> None: ...
+
+    @property
+    def sink_tokens(self) -> int | None: ...
+
+    @sink_tokens.setter
+    def sink_tokens(self, arg: int, /) -> None: ...
+
+    @property
+    def reuse_policy(self) -> ReusePolicy: ...
+
+    @reuse_policy.setter
+    def reuse_policy(self, arg: ReusePolicy, /) -> None: ...
+
+    @property
+    def buffers(self) -> list[BufferConfig]: ...
+
+    @buffers.setter
+    def buffers(self, arg: Sequence[BufferConfig], /) -> None: ...
+
 class BackendKind(enum.Enum):
     NONE = 0
 
     HOST = 1
 
     CUDA = 2
+
+class BufferConfig:
+    """One buffer of a layer, bytes per page."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def role(self) -> str: ...
+
+    @role.setter
+    def role(self, arg: str, /) -> None: ...
+
+    @property
+    def bytes_per_page(self) -> int: ...
+
+    @bytes_per_page.setter
+    def bytes_per_page(self, arg: int, /) -> None: ...
+
+    @property
+    def reuse_policy(self) -> ReusePolicy | None: ...
+
+    @reuse_policy.setter
+    def reuse_policy(self, arg: ReusePolicy, /) -> None: ...
+
+    @property
+    def dtype(self) -> DType | None: ...
+
+    @dtype.setter
+    def dtype(self, arg: DType, /) -> None: ...
 
 class CacheState(enum.Enum):
     SUSPENDED = 0
@@ -135,6 +207,149 @@ class HybridCacheManager:
 class HybridKvError(RuntimeError):
     pass
 
+class KvCache:
+    """One request's cache (kv_cache.h); closes when collected."""
+
+    @property
+    def state(self) -> CacheState: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def history(self) -> int: ...
+
+    @property
+    def committed_tokens(self) -> int: ...
+
+    @property
+    def reused_tokens(self) -> int: ...
+
+    def resume(self) -> None:
+        """
+        SUSPENDED -> ACTIVE (RefusedError at the gate, OutOfPagesError without room).
+        """
+
+    def suspend(self) -> None: ...
+
+    def resize(self, capacity: int, history: int) -> None: ...
+
+    def commit(self, tokens: Sequence[int], is_end: bool = False) -> None:
+        """Publishes tokens [committed, committed + len)."""
+
+    def commit_kv(self, tokens: Sequence[int]) -> None:
+        """Publishes the KV of full blocks only (no snapshot)."""
+
+    def close(self) -> None: ...
+
+    def block_table(self, group: int, beam: int = 0) -> list[int]:
+        """A copy of the block table."""
+
+    def state_index(self, group: int, beam: int = 0) -> int:
+        """The SSM slot of a recurrent group (for kernels)."""
+
+class KvCacheManager:
+    """The general manager (manager.h)."""
+
+    @staticmethod
+    def create(config: ManagerConfig, backend: BackendKind = BackendKind.HOST) -> KvCacheManager: ...
+
+    def create_kv_cache(self, input_tokens: Sequence[int] = [], beam_width: int = 1) -> KvCache:
+        """
+        A new SUSPENDED cache holding what the prefix tree offers for the prompt.
+        """
+
+    def probe_reuse(self, tokens: Sequence[int]) -> int:
+        """Tokens a cache created for this prompt would reuse (changes nothing)."""
+
+    def need_adjustment(self) -> bool: ...
+
+    def adjust(self) -> bool: ...
+
+    @property
+    def num_cache_groups(self) -> int: ...
+
+class ManagerConfig:
+    """Layers, tiers and knobs (config.h)."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def tokens_per_block(self) -> int: ...
+
+    @tokens_per_block.setter
+    def tokens_per_block(self, arg: int, /) -> None: ...
+
+    @property
+    def attention_layers(self) -> list[AttentionLayerConfig]: ...
+
+    @attention_layers.setter
+    def attention_layers(self, arg: Sequence[AttentionLayerConfig], /) -> None: ...
+
+    @property
+    def ssm_layers(self) -> list[SsmLayerConfig]: ...
+
+    @ssm_layers.setter
+    def ssm_layers(self, arg: Sequence[SsmLayerConfig], /) -> None: ...
+
+    @property
+    def tiers(self) -> list[TierConfig]: ...
+
+    @tiers.setter
+    def tiers(self, arg: Sequence[TierConfig], /) -> None: ...
+
+    @property
+    def max_util_for_resume(self) -> float: ...
+
+    @max_util_for_resume.setter
+    def max_util_for_resume(self, arg: float, /) -> None: ...
+
+    @property
+    def max_live_kv_caches(self) -> int | None: ...
+
+    @max_live_kv_caches.setter
+    def max_live_kv_caches(self, arg: int, /) -> None: ...
+
+    @property
+    def enable_block_reuse(self) -> bool: ...
+
+    @enable_block_reuse.setter
+    def enable_block_reuse(self, arg: bool, /) -> None: ...
+
+    @property
+    def commit_min_snapshot(self) -> bool: ...
+
+    @commit_min_snapshot.setter
+    def commit_min_snapshot(self, arg: bool, /) -> None: ...
+
+    @property
+    def enable_partial_reuse(self) -> bool: ...
+
+    @enable_partial_reuse.setter
+    def enable_partial_reuse(self, arg: bool, /) -> None: ...
+
+    @property
+    def pool_rebalance(self) -> bool: ...
+
+    @pool_rebalance.setter
+    def pool_rebalance(self, arg: bool, /) -> None: ...
+
+    @property
+    def snapshot_dtype(self) -> DType | None: ...
+
+    @snapshot_dtype.setter
+    def snapshot_dtype(self, arg: DType, /) -> None: ...
+
+    @property
+    def pool_ratio(self) -> list[float] | None: ...
+
+    @pool_ratio.setter
+    def pool_ratio(self, arg: Sequence[float], /) -> None: ...
+
 class ModelDescription:
     """A model's cache layers (read_model_config)."""
 
@@ -175,6 +390,13 @@ class ReplayLayout(enum.Enum):
     PRIVATE = 0
 
     RING = 1
+
+class ReusePolicy(enum.Enum):
+    REQUIRED = 0
+
+    OPTIONAL = 1
+
+    PRIVATE = 2
 
 class ServingConfig:
     """Serving settings of one rank (hybridkv/hybrid.h)."""
@@ -355,6 +577,33 @@ class SnapshotPolicy:
 
     @answer_end.setter
     def answer_end(self, arg: bool, /) -> None: ...
+
+class SsmLayerConfig:
+    """A recurrent layer's state buffers."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def id(self) -> int: ...
+
+    @id.setter
+    def id(self, arg: int, /) -> None: ...
+
+    @property
+    def reuse_policy(self) -> ReusePolicy: ...
+
+    @reuse_policy.setter
+    def reuse_policy(self, arg: ReusePolicy, /) -> None: ...
+
+    @property
+    def buffers(self) -> list[BufferConfig]: ...
+
+    @buffers.setter
+    def buffers(self, arg: Sequence[BufferConfig], /) -> None: ...
 
 class TierConfig:
     """One memory tier: kind, quota, directory (disk)."""

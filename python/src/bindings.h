@@ -17,8 +17,24 @@ T value_or_raise(Result<T> result) {
   return std::move(result).value();
 }
 
+// Sets every keyword as an attribute: an unknown name is a TypeError naming it.
+void assign(nanobind::handle self, const nanobind::kwargs& kwargs);
+
+// A class whose __init__ takes keyword arguments over the C++ defaults.
+template <typename T>
+void kw_init(nanobind::class_<T>& cls) {
+  namespace nb = nanobind;
+  cls.def(nb::init<>());
+  cls.def("__init__", [](nb::handle self, nb::kwargs kwargs) {
+    new (nb::inst_ptr<T>(self)) T();
+    nb::inst_mark_ready(self);
+    assign(self, kwargs);
+  });
+}
+
 void bind_errors(nanobind::module_& m);
 void bind_configs(nanobind::module_& m);
 void bind_manager(nanobind::module_& m);
+void bind_kv_cache(nanobind::module_& m);
 
 }  // namespace hybridkv::python

@@ -15,29 +15,6 @@ using namespace nb::literals;
 namespace hybridkv::python {
 namespace {
 
-// Sets every keyword as an attribute: an unknown name is a TypeError naming it.
-void assign(nb::handle self, const nb::kwargs& kwargs) {
-  for (auto [key, value] : kwargs) {
-    if (!nb::hasattr(self, key)) {
-      throw nb::type_error((std::string(nb::str(nb::type_name(self.type())).c_str()) +
-                            ": no field '" + nb::str(key).c_str() + "'")
-                               .c_str());
-    }
-    nb::setattr(self, key, value);
-  }
-}
-
-// A class whose __init__ takes keyword arguments over the C++ defaults.
-template <typename T>
-void kw_init(nb::class_<T>& cls) {
-  cls.def(nb::init<>());
-  cls.def("__init__", [](nb::handle self, nb::kwargs kwargs) {
-    new (nb::inst_ptr<T>(self)) T();
-    nb::inst_mark_ready(self);
-    assign(self, kwargs);
-  });
-}
-
 ModelDescription read_model(nb::object source, uint32_t tp, std::optional<std::string> kv_dtype,
                             std::optional<std::string> ssm_dtype) {
   ModelOptions o;

@@ -38,6 +38,17 @@ void raise_if_error(const Status& status) {
   }
 }
 
+void assign(nb::handle self, const nb::kwargs& kwargs) {
+  for (auto [key, value] : kwargs) {
+    if (!nb::hasattr(self, key)) {
+      throw nb::type_error((std::string(nb::str(nb::type_name(self.type())).c_str()) +
+                            ": no field '" + nb::str(key).c_str() + "'")
+                               .c_str());
+    }
+    nb::setattr(self, key, value);
+  }
+}
+
 void bind_errors(nb::module_& m) {
   static nb::exception<Error> error(m, "HybridKvError", PyExc_RuntimeError);
   static nb::exception<OutOfPages> out_of_pages(m, "OutOfPagesError", error.ptr());

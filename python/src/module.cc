@@ -20,6 +20,7 @@ NB_MODULE(_hybridkv, m) {
   hybridkv::python::bind_errors(m);
   hybridkv::python::bind_configs(m);
   hybridkv::python::bind_manager(m);
+  hybridkv::python::bind_kv_cache(m);
   m.def(
       "run_cli",
       [](std::vector<std::string> argv) {

@@ -257,3 +257,42 @@ def test_the_readme_example_runs(capsys, monkeypatch):
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "2 reused 96 block table" in out
+
+
+def small_manager_config(**kw):
+    """One recurrent layer and one attention layer, 16-token blocks, 8 MiB of GPU."""
+    return hk.ManagerConfig(
+        tokens_per_block=16,
+        ssm_layers=[hk.SsmLayerConfig(id=0, buffers=[
+            hk.BufferConfig(role="ssm_state", bytes_per_page=4096, dtype=hk.DType.F32)])],
+        attention_layers=[hk.AttentionLayerConfig(id=1, buffers=[
+            hk.BufferConfig(role="key", bytes_per_page=2048),
+            hk.BufferConfig(role="value", bytes_per_page=2048)])],
+        tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=8 << 20)],
+        commit_min_snapshot=True, **kw)
+
+
+def test_kv_cache_lifecycle_reuse_and_a_cache_outliving_its_manager():
+    m = hk.KvCacheManager.create(small_manager_config())
+    assert m.num_cache_groups == 2
+    prompt = list(range(100, 180))
+    a = m.create_kv_cache(prompt)
+    assert a.state == hk.CacheState.SUSPENDED and a.reused_tokens == 0
+    a.resume()
+    a.resize(64, 0)
+    a.resize(64, 64)
+    a.commit(prompt[:64])
+    assert a.committed_tokens == 64 and len(a.block_table(1)) == 4 and a.state_index(0) >= 0
+    with pytest.raises(ValueError):
+        a.commit(prompt[:10])  # must start at what is committed and end at history
+    a.close()
+    assert m.probe_reuse(prompt) == 64
+    b = m.create_kv_cache(prompt)
+    assert b.reused_tokens == 64
+    del m
+    gc.collect()
+    b.resume()  # the cache keeps the manager's state alive
+    assert b.history == 64
+    b.close()
+    with pytest.raises(ValueError, match="tokens_per_block 0"):
+        hk.KvCacheManager.create(hk.ManagerConfig(tokens_per_block=0))

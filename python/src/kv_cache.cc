@@ -1,0 +1,155 @@
+// The general manager: ManagerConfig (layers and buffers as declared by an engine), KvCacheManager
+// and the per-request KvCache. A KvCache may outlive its manager (they share its state). Every
+// call that takes the manager's lock releases the GIL; the C++ objects are thread-safe.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "hybridkv/manager.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace hybridkv::python {
+namespace {
+
+using Release = nb::call_guard<nb::gil_scoped_release>;
+
+void bind_layer_configs(nb::module_& m) {
+  nb::enum_<ReusePolicy>(m, "ReusePolicy")
+      .value("REQUIRED", ReusePolicy::kRequired)
+      .value("OPTIONAL", ReusePolicy::kOptional)
+      .value("PRIVATE", ReusePolicy::kPrivate);
+  nb::class_<BufferConfig> buffer(m, "BufferConfig", "One buffer of a layer, bytes per page.");
+  kw_init(buffer);
+  buffer.def_rw("role", &BufferConfig::role)
+      .def_rw("bytes_per_page", &BufferConfig::bytes_per_page)
+      .def_rw("reuse_policy", &BufferConfig::reuse_policy)
+      .def_rw("dtype", &BufferConfig::dtype);
+  nb::class_<AttentionLayerConfig> attention(m, "AttentionLayerConfig",
+                                             "An attention layer (full or sliding window).");
+  kw_init(attention);
+  attention.def_rw("id", &AttentionLayerConfig::id)
+      .def_rw("window", &AttentionLayerConfig::window)
+      .def_rw("sink_tokens", &AttentionLayerConfig::sink_tokens)
+      .def_rw("reuse_policy", &AttentionLayerConfig::reuse_policy)
+      .def_rw("buffers", &AttentionLayerConfig::buffers);
+  nb::class_<SsmLayerConfig> ssm(m, "SsmLayerConfig", "A recurrent layer's state buffers.");
+  kw_init(ssm);
+  ssm.def_rw("id", &SsmLayerConfig::id)
+      .def_rw("reuse_policy", &SsmLayerConfig::reuse_policy)
+      .def_rw("buffers", &SsmLayerConfig::buffers);
+  nb::class_<ManagerConfig> config(m, "ManagerConfig", "Layers, tiers and knobs (config.h).");
+  kw_init(config);
+  config.def_rw("tokens_per_block", &ManagerConfig::tokens_per_block)
+      .def_rw("attention_layers", &ManagerConfig::attention_layers)
+      .def_rw("ssm_layers", &ManagerConfig::ssm_layers)
+      .def_rw("tiers", &ManagerConfig::tiers)
+      .def_rw("max_util_for_resume", &ManagerConfig::max_util_for_resume)
+      .def_rw("max_live_kv_caches", &ManagerConfig::max_live_kv_caches)
+      .def_rw("enable_block_reuse", &ManagerConfig::enable_block_reuse)
+      .def_rw("commit_min_snapshot", &ManagerConfig::commit_min_snapshot)
+      .def_rw("enable_partial_reuse", &ManagerConfig::enable_partial_reuse)
+      .def_rw("pool_rebalance", &ManagerConfig::pool_rebalance)
+      .def_rw("snapshot_dtype", &ManagerConfig::snapshot_dtype)
+      .def_rw("pool_ratio", &ManagerConfig::pool_ratio);
+}
+
+std::vector<int32_t> table_copy(const KvCache& c, uint32_t group, uint32_t beam) {
+  std::span<const int32_t> t;
+  {
+    nb::gil_scoped_release release;
+    Result<std::span<const int32_t>> r = c.block_table(CacheGroupId(group), beam);
+    raise_if_error(r.status());
+    t = *r;
+  }
+  return {t.begin(), t.end()};
+}
+
+void bind_cache(nb::module_& m) {
+  nb::class_<KvCache>(m, "KvCache", "One request's cache (kv_cache.h); closes when collected.")
+      .def_prop_ro("state", &KvCache::state)
+      .def_prop_ro("capacity", &KvCache::capacity)
+      .def_prop_ro("history", &KvCache::history)
+      .def_prop_ro("committed_tokens", &KvCache::committed_tokens)
+      .def_prop_ro("reused_tokens", [](const KvCache& c) { return c.reuse_match().reused_tokens; })
+      .def(
+          "resume", [](KvCache& c) { raise_if_error(c.resume({})); }, Release(),
+          "SUSPENDED -> ACTIVE (RefusedError at the gate, OutOfPagesError without room).")
+      .def(
+          "suspend", [](KvCache& c) { raise_if_error(c.suspend()); }, Release())
+      .def(
+          "resize",
+          [](KvCache& c, uint64_t capacity, uint64_t history) {
+            raise_if_error(c.resize(capacity, history));
+          },
+          "capacity"_a, "history"_a, Release())
+      .def(
+          "commit",
+          [](KvCache& c, std::vector<int32_t> tokens, bool is_end) {
+            nb::gil_scoped_release release;
+            raise_if_error(c.commit(tokens, is_end));
+          },
+          "tokens"_a, "is_end"_a = false, "Publishes tokens [committed, committed + len).")
+      .def(
+          "commit_kv",
+          [](KvCache& c, std::vector<int32_t> tokens) {
+            nb::gil_scoped_release release;
+            raise_if_error(c.commit_kv(tokens));
+          },
+          "tokens"_a, "Publishes the KV of full blocks only (no snapshot).")
+      .def(
+          "close", [](KvCache& c) { raise_if_error(c.close()); }, Release())
+      .def("block_table", &table_copy, "group"_a, "beam"_a = 0, "A copy of the block table.")
+      .def(
+          "state_index",
+          [](const KvCache& c, uint32_t group, uint32_t beam) {
+            return value_or_raise(c.state_index(CacheGroupId(group), beam));
+          },
+          "group"_a, "beam"_a = 0, "The SSM slot of a recurrent group (for kernels).");
+}
+
+void bind_kv_cache_manager(nb::module_& m) {
+  nb::class_<KvCacheManager>(m, "KvCacheManager", "The general manager (manager.h).")
+      .def_static(
+          "create",
+          [](const ManagerConfig& config, BackendKind backend) {
+            return value_or_raise(KvCacheManager::create(config, BackendOptions{backend}));
+          },
+          "config"_a, "backend"_a = BackendKind::kHost)
+      .def(
+          "create_kv_cache",
+          [](KvCacheManager& mgr, std::vector<int32_t> input_tokens, uint32_t beam_width) {
+            CacheOptions o;
+            o.input_tokens = std::move(input_tokens);
+            o.beam_width = beam_width;
+            nb::gil_scoped_release release;
+            return value_or_raise(mgr.create_kv_cache(o));
+          },
+          "input_tokens"_a = std::vector<int32_t>{}, "beam_width"_a = 1,
+          "A new SUSPENDED cache holding what the prefix tree offers for the prompt.")
+      .def(
+          "probe_reuse",
+          [](const KvCacheManager& mgr, std::vector<int32_t> tokens) {
+            nb::gil_scoped_release release;
+            return mgr.probe_reuse({}, tokens).reused_tokens;
+          },
+          "tokens"_a, "Tokens a cache created for this prompt would reuse (changes nothing).")
+      .def("need_adjustment", &KvCacheManager::need_adjustment, Release())
+      .def(
+          "adjust", [](KvCacheManager& mgr) { return value_or_raise(mgr.adjust()); }, Release())
+      .def_prop_ro("num_cache_groups",
+                   [](const KvCacheManager& mgr) { return mgr.plan().cache_groups().size(); });
+}
+
+}  // namespace
+
+void bind_kv_cache(nb::module_& m) {
+  bind_layer_configs(m);
+  bind_cache(m);
+  bind_kv_cache_manager(m);
+}
+
+}  // namespace hybridkv::python

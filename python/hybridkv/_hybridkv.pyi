@@ -245,6 +245,11 @@ class KvCache:
     def block_table(self, group: int, beam: int = 0) -> list[int]:
         """A copy of the block table."""
 
+    def set_index_buffer(self, group: int, beam: int, buffer: Annotated[ArrayLike, dict(dtype='int32', shape=(None), order='C', device='cpu')] | None) -> None:
+        """
+        An int32 numpy array the cache keeps equal to its block table (padded with -1) on every change; None detaches it.
+        """
+
     def state_index(self, group: int, beam: int = 0) -> int:
         """The SSM slot of a recurrent group (for kernels)."""
 

@@ -1,6 +1,7 @@
 // The general manager: ManagerConfig (layers and buffers as declared by an engine), KvCacheManager
 // and the per-request KvCache. A KvCache may outlive its manager (they share its state). Every
 // call that takes the manager's lock releases the GIL; the C++ objects are thread-safe.
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -68,6 +69,17 @@ std::vector<int32_t> table_copy(const KvCache& c, uint32_t group, uint32_t beam)
   return {t.begin(), t.end()};
 }
 
+using IndexBuffer = nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// The cache writes its block table into the engine's array on every change (zero copy for the
+// engine); the array is kept alive by the cache object (keep_alive) until detached or closed.
+void set_index_buffer(KvCache& c, uint32_t group, uint32_t beam, std::optional<IndexBuffer> buf) {
+  std::span<int32_t> span;
+  if (buf) span = std::span<int32_t>(buf->data(), buf->shape(0));
+  nb::gil_scoped_release release;
+  raise_if_error(c.set_index_buffer(CacheGroupId(group), beam, span));
+}
+
 void bind_cache(nb::module_& m) {
   nb::class_<KvCache>(m, "KvCache", "One request's cache (kv_cache.h); closes when collected.")
       .def_prop_ro("state", &KvCache::state)
@@ -103,6 +115,10 @@ void bind_cache(nb::module_& m) {
       .def(
           "close", [](KvCache& c) { raise_if_error(c.close()); }, Release())
       .def("block_table", &table_copy, "group"_a, "beam"_a = 0, "A copy of the block table.")
+      .def("set_index_buffer", &set_index_buffer, "group"_a, "beam"_a, "buffer"_a.none(),
+           nb::keep_alive<1, 4>(),
+           "An int32 numpy array the cache keeps equal to its block table (padded with -1) on "
+           "every change; None detaches it.")
       .def(
           "state_index",
           [](const KvCache& c, uint32_t group, uint32_t beam) {

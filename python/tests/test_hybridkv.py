@@ -285,6 +285,17 @@ def test_kv_cache_lifecycle_reuse_and_a_cache_outliving_its_manager():
     assert a.committed_tokens == 64 and len(a.block_table(1)) == 4 and a.state_index(0) >= 0
     with pytest.raises(ValueError):
         a.commit(prompt[:10])  # must start at what is committed and end at history
+    # An engine-owned index buffer: the cache writes its table there (no copy per step).
+    table = np.full(8, 99, dtype=np.int32)
+    a.set_index_buffer(1, 0, table)
+    assert list(table[:4]) == a.block_table(1) and list(table[4:]) == [-1] * 4
+    a.resize(80, 64)
+    assert list(table[:5]) == a.block_table(1)
+    with pytest.raises(ValueError, match="index buffer of group 1 beam 0 holds 8 entries"):
+        a.resize(16 * 9, 64)  # the buffer holds 8 blocks: refused, nothing changed
+    assert a.capacity == 80
+    a.set_index_buffer(1, 0, None)
+    a.resize(64, 64)
     a.close()
     assert m.probe_reuse(prompt) == 64
     b = m.create_kv_cache(prompt)

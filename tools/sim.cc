@@ -182,13 +182,14 @@ Result<std::unique_ptr<HybridCacheManager>> create_manager(const ModelDescriptio
                                                            const BackendOptions& backend,
                                                            const std::vector<TraceRequest>& trace) {
   if (serving.pool_rebalance) {
-    Result<std::unique_ptr<HybridCacheManager>> probe =
-        HybridCacheManager::create(model, serving, BackendOptions{BackendKind::kNone});
-    if (!probe) return probe.status();
+    Result<ManagerConfig> config = hybrid_manager_config(model, serving);
+    if (!config) return config.status();
+    Result<StoragePlan> plan = StoragePlan::build(*config);
+    if (!plan) return plan.status();
     uint64_t longest = 0;
     for (const TraceRequest& t : trace)
       longest = std::max(longest, t.input_length + t.output_length);
-    longest = std::min(longest, (*probe)->manager().clamp_max_seq_len_for_mem(UINT64_MAX));
+    longest = std::min(longest, plan->max_request_tokens().value_or(longest));
     if (longest > 0) serving.max_seq_len = longest;
   }
   return HybridCacheManager::create(model, serving, backend);

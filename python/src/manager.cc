@@ -26,9 +26,6 @@ class Manager {
  public:
   Manager(const ModelDescription& model, const ServingConfig& serving, BackendKind backend) {
     h_ = value_or_raise(HybridCacheManager::create(model, serving, BackendOptions{backend}));
-    const size_t groups = h_->plan().cache_groups().size();
-    table_width_ = 0;
-    groups_ = groups;
   }
 
   // Runs `fn` on the manager with the GIL released and the manager's lock held.
@@ -113,7 +110,6 @@ class Manager {
 
   std::unique_ptr<HybridCacheManager> h_;
   std::mutex mu_;
-  size_t groups_ = 0;
   std::vector<int32_t> state_, replay_, tables_, resets_;
   size_t step_requests_ = 0;
   size_t table_width_ = 0;

@@ -16,7 +16,8 @@ ManagerCore::ManagerCore(StoragePlan p, std::unique_ptr<memory::MemoryBackend> b
     : plan_(std::move(p)),
       backend_(std::move(b)),
       storage_(plan_, backend_.get()),
-      index_(plan_, storage_) {
+      index_(plan_, storage_),
+      rebalance_weights_(rebalance_weights(plan_)) {
   for (const TierPlan& t : plan_.tiers()) quotas_.push_back(t.quota);
 }
 

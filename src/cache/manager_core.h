@@ -37,6 +37,10 @@ struct CacheInfo {
   CopyEvent ready;
 };
 
+// Per pool group: 0 when rebalancing leaves it alone, else the divisor of its victims' age
+// (1 for KV, kSnapshotWeight for snapshots; rebalance.cc).
+std::vector<uint64_t> rebalance_weights(const StoragePlan& plan);
+
 class ManagerCore {
  public:
   ManagerCore(StoragePlan plan, std::unique_ptr<memory::MemoryBackend> backend);
@@ -156,7 +160,7 @@ class ManagerCore {
   // Requires: check_slots passed. Resizes the pools; ACTIVE caches' tables follow moved pages.
   void apply_slots(storage::TierIndex tier, const std::vector<uint64_t>& want);
 
-  // rebalance.cc
+  // rebalance.cc (rebalance_weights(plan) fills rebalance_weights_ once)
   // The slot counts one rebalancing step would give the tier (nullopt: leave it as it is).
   std::optional<std::vector<uint64_t>> rebalance_target(storage::TierIndex tier) const;
 
@@ -202,6 +206,8 @@ class ManagerCore {
   std::unordered_map<uint64_t, std::vector<std::pair<prefix::NodeId, CacheGroupId>>> drops_;
   uint64_t next_drop_ = 1;
   std::vector<uint64_t> quotas_;  // per tier: the quota in force (set_quota changes it)
+  // Per pool group: 0 not rebalanced, else the divisor of its victims' age (rebalance.cc).
+  const std::vector<uint64_t> rebalance_weights_;
   mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
 };
 

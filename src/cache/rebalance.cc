@@ -14,7 +14,6 @@
 #include <algorithm>
 
 #include "cache/manager_core.h"
-#include "hybridkv/units.h"
 
 namespace hybridkv::cache_detail {
 
@@ -31,28 +30,33 @@ constexpr uint64_t kSnapshotWeight = 2;
 
 }  // namespace
 
+std::vector<uint64_t> rebalance_weights(const StoragePlan& plan) {
+  std::vector<uint64_t> weights(plan.pool_groups().size(), 0);
+  for (const CacheGroup& g : plan.cache_groups()) {
+    const PoolGroup& pg = plan.pool_group(g.pool_group);
+    if (g.policy != ReusePolicy::kPrivate && !pg.fixed_private && !pg.live_floor)
+      weights[pg.id.value] = 1;
+    if (g.snapshot_pool_group) weights[g.snapshot_pool_group->value] = 1;
+  }
+  for (const CacheGroup& g : plan.cache_groups()) {
+    uint64_t& w = weights[g.page_pool_group(true).value];
+    if (g.kind == GroupKind::kSsm && w != 0) w = kSnapshotWeight;
+  }
+  return weights;
+}
+
 std::optional<std::vector<uint64_t>> ManagerCore::rebalance_target(storage::TierIndex t) const {
   const TierPlan& tp = plan_.tiers()[t.value];
-  std::vector<bool> elastic(plan_.pool_groups().size(), false);
-  for (const CacheGroup& g : plan_.cache_groups()) {
-    const PoolGroup& pg = plan_.pool_group(g.pool_group);
-    if (g.policy != ReusePolicy::kPrivate && !pg.fixed_private && !pg.live_floor)
-      elastic[pg.id.value] = true;
-    if (g.snapshot_pool_group) elastic[g.snapshot_pool_group->value] = true;
-  }
-  std::vector<bool> state_pg(plan_.pool_groups().size(), false);
-  for (const CacheGroup& g : plan_.cache_groups()) {
-    if (g.kind == GroupKind::kSsm) state_pg[g.page_pool_group(true).value] = true;
-  }
   std::optional<PoolGroupId> young, old;
   uint64_t young_age = UINT64_MAX, old_age = 0, used = 0;
   std::vector<uint64_t> want;
   for (const PoolGroup& pg : plan_.pool_groups()) {
     want.push_back(storage_.counts(t, pg.id).total);
     used += want.back() * pg.slot_bytes;
-    if (!elastic[pg.id.value]) continue;
+    const uint64_t weight = rebalance_weights_[pg.id.value];
+    if (weight == 0) continue;
     uint64_t age = storage_.pressure_age(t, pg.id);
-    if (state_pg[pg.id.value] && age != UINT64_MAX) age /= kSnapshotWeight;
+    if (age != UINT64_MAX) age /= weight;
     if (!young || age < young_age) young = pg.id, young_age = age;
     if (!old || age >= old_age) old = pg.id, old_age = age;
   }

@@ -220,7 +220,8 @@ class HybridFamily : public ::testing::TestWithParam<Family> {
     c.constraints = {BatchShape{{{128, 127}, {16, 0}, {16, 0}}, {}}};
     c.tiers = {{TierKind::kGpu, *minimum_gpu_quota(c), ""}};
     c.tiers.push_back({TierKind::kHost, 16 * c.tiers[0].quota_bytes, ""});
-    Result<std::unique_ptr<HybridCacheManager>> h = HybridCacheManager::create(c, serving_);
+    Result<std::unique_ptr<HybridCacheManager>> h =
+        HybridCacheManager::create(c, serving_, testing::test_backend());
     ASSERT_TRUE(h.is_ok()) << h.status().to_string();
     hybrid_ = std::move(h).value();
     engine_ = std::make_unique<testing::FakeEngine>(hybrid_->manager());
@@ -357,7 +358,9 @@ TEST(HybridDiagnostics, NonFiniteValuesAreReportedWithLayerRoleAndSlot) {
   s.num_spec_tokens = 2;
   s.tokens_per_block = 16;
   s.tiers = {{TierKind::kGpu, 256ull << 20, ""}};
-  auto h = std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s)).value();
+  auto h = std::move(HybridCacheManager::create(model("nemotron_h_8b.json", 8), s,
+                                                testing::test_backend()))
+               .value();
   std::vector<int32_t> prompt(40, 1);
   ASSERT_OK(h->add_request(7, prompt));
   ASSERT_OK(h->resume(7));
@@ -376,9 +379,10 @@ TEST(HybridDiagnostics, NonFiniteValuesAreReportedWithLayerRoleAndSlot) {
     for (uint32_t bi : g.buffers) {
       const PlannedBuffer& b = plan.buffers()[bi];
       for (int32_t slot : slots) {
-        std::memset(
-            h->manager().slot_address(TierKind::kGpu, b.pool_group, b.pool, slot) + b.offset, 0,
+        const std::span<std::byte> page(
+            h->manager().slot_address(TierKind::kGpu, b.pool_group, b.pool, slot) + b.offset,
             b.size);
+        h->manager().fill({&page, 1}, 0);
       }
     }
   }
@@ -387,15 +391,16 @@ TEST(HybridDiagnostics, NonFiniteValuesAreReportedWithLayerRoleAndSlot) {
   const PlannedBuffer& ssm = **plan.find_buffer(2, "ssm_state");
   const int32_t slot = *cache.state_index(ssm.group);
   const float nan = std::nanf("");
-  std::memcpy(h->manager().slot_address(TierKind::kGpu, ssm.pool_group, ssm.pool, slot) +
-                  ssm.offset + 5 * 4,
-              &nan, 4);
+  h->manager().write_pool_bytes(
+      h->manager().slot_address(TierKind::kGpu, ssm.pool_group, ssm.pool, slot) + ssm.offset +
+          5 * 4,
+      &nan, 4);
   // An Inf in a bf16 key page of the first attention layer.
   const CacheGroupId attention = plan.cache_groups().back().id;
   const PlannedBuffer& key = plan.buffers()[plan.cache_group(attention).buffers[0]];
   const int32_t block0 = (*cache.block_table(attention))[0];
   const uint16_t inf_bf16 = 0x7f80;
-  std::memcpy(
+  h->manager().write_pool_bytes(
       h->manager().slot_address(TierKind::kGpu, key.pool_group, key.pool, block0) + key.offset,
       &inf_bf16, 2);
   const std::vector<NonFiniteReport> reports = h->scan_non_finite(7);

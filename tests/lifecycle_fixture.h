@@ -10,6 +10,7 @@
 #include "hybridkv/manager.h"
 #include "hybridkv/testing/fake_engine.h"
 #include "hybridkv/testing/inspect.h"
+#include "test_backend.h"
 
 #define ASSERT_OK(expr)                                         \
   do {                                                          \
@@ -45,6 +46,8 @@ struct LifecycleModel {
   int64_t max_rewind_len = 0;
   bool pool_rebalance = false;          // ManagerConfig::pool_rebalance
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype
+  uint64_t disk_quota = 0;              // a DISK tier under disk_path when set
+  std::string disk_path;
 };
 
 inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
@@ -80,6 +83,7 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
   c.tiers.back().max_quota_bytes = m.gpu_max_quota;
   if (m.host_quota) c.tiers.push_back({TierKind::kHost, m.host_quota, ""});
+  if (m.disk_quota) c.tiers.push_back({TierKind::kDisk, m.disk_quota, m.disk_path});
   c.max_live_kv_caches = m.max_live;
   c.pool_ratio = m.pool_ratio;
   c.typical_step = BatchShape{std::vector<RequestShape>(4, {512, 511}), {}};
@@ -87,7 +91,7 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
 }
 
 inline std::unique_ptr<KvCacheManager> make_manager(const LifecycleModel& m,
-                                                    BackendOptions backend = {}) {
+                                                    BackendOptions backend = test_backend()) {
   Result<std::unique_ptr<KvCacheManager>> manager =
       KvCacheManager::create(lifecycle_config(m), backend);
   EXPECT_TRUE(manager.is_ok()) << manager.status().to_string();

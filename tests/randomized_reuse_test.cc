@@ -44,8 +44,9 @@ uint64_t covered_digest(const KvCacheManager& m, const testing::TreePage& t) {
         m.slot_address(t.tier, t.pool_group, snapshot ? pb.snapshot_pool : pb.pool, t.slot) +
         (snapshot ? pb.snapshot_offset : pb.offset);
     const uint64_t size = snapshot ? pb.snapshot_size : pb.size;
-    const uint64_t n = g.kind == GroupKind::kSsm ? size : t.coverage * size / tpb;
-    for (uint64_t i = 0; i < n; ++i) h = (h ^ static_cast<uint8_t>(at[i])) * 1099511628211ull;
+    std::vector<std::byte> bytes(g.kind == GroupKind::kSsm ? size : t.coverage * size / tpb);
+    m.read_pool_bytes(bytes.data(), at, bytes.size());
+    for (std::byte b : bytes) h = (h ^ static_cast<uint8_t>(b)) * 1099511628211ull;
   }
   return h;
 }

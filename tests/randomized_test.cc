@@ -209,5 +209,28 @@ TEST(Randomized, SchedulerWithSwaScratchKeepsEveryPageIntact) {
   EXPECT_GT(n.scratch_blocks, 0u);
 }
 
+// The same scheduler with a DISK tier under the host tier: pages cascade GPU -> HOST -> DISK
+// and come back straight to the GPU; every page's bytes are checked as before.
+TEST(Randomized, SchedulerWithADiskTierKeepsEveryPageIntact) {
+  const uint64_t seed = seed_from_env();
+  std::printf("seed %llu (replay with HKV_SEED=%llu)\n", static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(seed));
+  testing::TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  Counters n;
+  LifecycleModel model;
+  model.host_quota = 512ull << 10;
+  model.disk_quota = 2ull << 20;
+  model.disk_path = dir.path;
+  model.pool_ratio = std::vector<double>{1.0, 0.05, 0.5};
+  run(seed, model, kOperations / 2, n);
+  std::printf("ops %llu: steps %llu, suspends %llu, resumes %llu, refused %llu\n",
+              (unsigned long long)n.ops, (unsigned long long)n.steps,
+              (unsigned long long)n.suspends, (unsigned long long)n.resumes,
+              (unsigned long long)n.refused);
+  EXPECT_GT(n.resumes, 0u);
+  EXPECT_GT(n.resumed_elsewhere, 0u);
+}
+
 }  // namespace
 }  // namespace hybridkv

@@ -297,7 +297,9 @@ std::vector<Outcome> run_alone(uint64_t seed, const Weights& w) {
   for (Sequence q : make_sequences(seed)) {
     ManagerConfig c = reference_config(false);
     c.tiers = {{TierKind::kGpu, 4ull << 20, ""}};
-    auto h = std::move(HybridCacheManager::create(c, reference_serving())).value();
+    auto h = std::move(HybridCacheManager::create(c, reference_serving(),
+                                                  BackendOptions{BackendKind::kHost}))
+                 .value();
     Engine e(*h, w);
     EXPECT_OK(h->add_request(1, q.prompt));
     EXPECT_OK(h->resume(1));
@@ -323,7 +325,9 @@ std::vector<Outcome> run_together(uint64_t seed, const Weights& w, uint64_t* sus
   c.tiers = {{TierKind::kGpu, 1, ""}, {TierKind::kHost, 8ull << 20, ""}};
   c.tiers[0].quota_bytes = *minimum_gpu_quota(c);
   // Floors only: the GPU holds about one request at a time, so others keep taking slots.
-  auto h = std::move(HybridCacheManager::create(c, reference_serving())).value();
+  auto h = std::move(HybridCacheManager::create(c, reference_serving(),
+                                                BackendOptions{BackendKind::kHost}))
+               .value();
   Engine e(*h, w);
   std::mt19937_64 rng(seed ^ 0x5eed);
   std::vector<int> done(qs.size(), 0);  // decode steps done
@@ -430,7 +434,9 @@ Drift resume_drift(uint64_t seed, const Weights& w, std::optional<DType> snapsho
   {
     ManagerConfig c = reference_config(false);
     c.tiers = {{TierKind::kGpu, 4ull << 20, ""}};
-    auto h = std::move(HybridCacheManager::create(c, reference_serving())).value();
+    auto h = std::move(HybridCacheManager::create(c, reference_serving(),
+                                                  BackendOptions{BackendKind::kHost}))
+                 .value();
     Engine e(*h, w);
     alone = generate(*h, e, q, 1, alone_state);
   }
@@ -438,7 +444,9 @@ Drift resume_drift(uint64_t seed, const Weights& w, std::optional<DType> snapsho
     ManagerConfig c = reference_config(true);
     c.tiers = {{TierKind::kGpu, 4ull << 20, ""}};
     c.snapshot_dtype = snapshot_dtype;
-    auto h = std::move(HybridCacheManager::create(c, reference_serving())).value();
+    auto h = std::move(HybridCacheManager::create(c, reference_serving(),
+                                                  BackendOptions{BackendKind::kHost}))
+                 .value();
     Engine e(*h, w);
     Sequence first = q;
     EXPECT_OK(h->add_request(1, first.prompt));

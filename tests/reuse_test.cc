@@ -33,10 +33,9 @@ uint64_t slot_digest(const KvCacheManager& m, TierKind tier, PoolGroupId pg, uin
   uint64_t h = 1469598103934665603ull;
   const PoolGroup& group = m.plan().pool_group(pg);
   for (uint32_t p = 0; p < group.pools.size(); ++p) {
-    const std::byte* at = m.slot_address(tier, pg, p, slot);
-    for (uint64_t i = 0; i < group.pools[p].slot_bytes; ++i) {
-      h = (h ^ static_cast<uint8_t>(at[i])) * 1099511628211ull;
-    }
+    std::vector<std::byte> bytes(group.pools[p].slot_bytes);
+    m.read_pool_bytes(bytes.data(), m.slot_address(tier, pg, p, slot), bytes.size());
+    for (std::byte b : bytes) h = (h ^ static_cast<uint8_t>(b)) * 1099511628211ull;
   }
   return h;
 }

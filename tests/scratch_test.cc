@@ -171,7 +171,9 @@ struct TinyRun {
 
 // A 64-token prompt prefilled in chunks of 30, 20 and 14, then ten decode steps.
 TinyRun run_tiny(bool scratch) {
-  auto m = std::move(KvCacheManager::create(small_model(scratch))).value();
+  auto m =
+      std::move(KvCacheManager::create(small_model(scratch), BackendOptions{BackendKind::kHost}))
+          .value();
   TinyModel model(*m);
   std::mt19937_64 rng(11);
   std::vector<int32_t> tokens(64);
@@ -280,7 +282,9 @@ TEST(Scratch, BadSettingsAndCallsAreNamed) {
   EXPECT_NE(beyond.status().message().find("is beyond the longest request"), std::string::npos)
       << beyond.status().to_string();
   // A request cannot ask for scratch that the plan did not reserve.
-  auto off = std::move(KvCacheManager::create(small_model(false))).value();
+  auto off =
+      std::move(KvCacheManager::create(small_model(false), BackendOptions{BackendKind::kHost}))
+          .value();
   std::vector<int32_t> tokens(40, 1);
   EXPECT_EQ(off->create_kv_cache({{}, tokens, 1, {}, true}).status().code(),
             StatusCode::kInvalidArgument);
@@ -290,7 +294,7 @@ TEST(Scratch, BadSettingsAndCallsAreNamed) {
   // max_rewind_len (here 2), and a per-request switch turns it off.
   c = small_model(true);
   c.max_rewind_len = 2;
-  auto m = std::move(KvCacheManager::create(c)).value();
+  auto m = std::move(KvCacheManager::create(c, BackendOptions{BackendKind::kHost})).value();
   auto a = std::move(m->create_kv_cache({{}, tokens, 1, {}, {}})).value();
   ASSERT_OK(a->resume({}));
   ASSERT_OK(a->resize(40, 0));

@@ -160,8 +160,13 @@ class HybridCacheManager {
   // Requires: every request ACTIVE; num_dummies <= dummy_slots.
   Result<Step> prepare_step(std::span<const uint64_t> request_ids, uint32_t num_dummies);
 
+  // Zeroes the replay buffers of the step's replay_resets (one batched kernel on `stream` with
+  // the CUDA backend). An engine that resets them itself need not call it.
+  void reset_replay(const Step& step, Stream stream = {});
+
   // --- diagnostics ---
-  // Scans pages by declared dtype for NaN/Inf: one request's, or every living cache's.
+  // Scans pages by declared dtype for NaN/Inf: one request's, or every living cache's (one
+  // batched kernel with the CUDA backend).
   std::vector<NonFiniteReport> scan_non_finite(std::optional<uint64_t> request_id = {}) const;
 
  private:

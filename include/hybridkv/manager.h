@@ -96,11 +96,29 @@ class KvCacheManager {
 
   // Blocks until every copy up to `event` has completed.
   void wait(CopyEvent event);
+  // Makes the engine's `stream` wait for every copy up to `event` (CUDA backend: on the device,
+  // the host does not block); backends without streams block until it completes.
+  void stream_wait(Stream stream, CopyEvent event);
+  // The first copy that failed (a DISK tier write or read), or ok. A page whose write failed is
+  // never read as valid: its reader gets 0xff bytes and this status says which.
+  Status copy_status() const;
+  BackendKind backend_kind() const;
   // Blocks until every copy submitted so far has completed.
   void synchronize() { wait(CopyEvent{UINT64_MAX}); }
   // Address of slot `slot` of pool `pool` of a pool group on a tier (nullptr: none backend).
   std::byte* slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool,
                           uint32_t slot) const;
+  // CPU access to pool bytes at slot addresses (a device copy on CUDA's GPU tier): for tests
+  // and diagnostics, not for the data path.
+  void read_pool_bytes(void* dst, const std::byte* src, size_t n) const;
+  void write_pool_bytes(std::byte* dst, const void* src, size_t n) const;
+  // Sets every byte of each span of pool memory to `value`, ordered on `stream` (CUDA: one
+  // batched kernel on the engine's stream; elsewhere at once).
+  void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream = {});
+  // Index of the first NaN/Inf element of each span of pool memory read as its dtype, or
+  // UINT64_MAX (CUDA: one batched kernel). Requires: the spans' copies completed.
+  std::vector<uint64_t> scan_non_finite(std::span<const std::span<const std::byte>> spans,
+                                        std::span<const DType> dtypes) const;
 
  private:
   friend class testing::ManagerInspector;  // the hybridkv_testing library's checks

@@ -32,6 +32,10 @@ struct Stream {
 
 struct BackendOptions {
   BackendKind kind = BackendKind::kHost;
+  int device = 0;  // kCuda: the CUDA device of the GPU tier
 };
+
+// Whether this library was built with the CUDA backend (kCuda otherwise is refused at creation).
+bool cuda_backend_built();
 
 }  // namespace hybridkv

@@ -33,8 +33,10 @@ uint64_t KvCache::committed_tokens() const { return core_->info(id_).committed; 
 ReuseMatch KvCache::reuse_match() const { return core_->reuse_match(id_); }
 
 Status KvCache::resume(Stream stream, const std::vector<CacheGroupId>& optional_groups) {
-  (void)stream;  // the host and none backends order copies on their own queue
-  return core_->resume(id_, optional_groups);
+  if (Status s = core_->resume(id_, optional_groups); !s) return s;
+  // The engine's stream waits for the onboarding copies (no stream: the engine waits itself).
+  if (stream.handle != 0) core_->backend().stream_wait(stream, ready_event());
+  return Status::ok();
 }
 Status KvCache::can_resume(const std::vector<CacheGroupId>& optional_groups) const {
   return core_->can_resume(id_, optional_groups);
@@ -142,6 +144,25 @@ Result<uint64_t> KvCacheManager::clamp_max_seq_len(uint64_t batch_size,
 Status KvCacheManager::shutdown() { return core_->shutdown(); }
 
 void KvCacheManager::wait(CopyEvent event) { core_->backend().wait(event); }
+void KvCacheManager::stream_wait(Stream stream, CopyEvent event) {
+  core_->backend().stream_wait(stream, event);
+}
+Status KvCacheManager::copy_status() const { return core_->backend().copy_status(); }
+BackendKind KvCacheManager::backend_kind() const { return core_->backend().kind(); }
+void KvCacheManager::read_pool_bytes(void* dst, const std::byte* src, size_t n) const {
+  core_->backend().read_bytes(dst, src, n);
+}
+void KvCacheManager::write_pool_bytes(std::byte* dst, const void* src, size_t n) const {
+  core_->backend().write_bytes(dst, src, n);
+}
+void KvCacheManager::fill(std::span<const std::span<std::byte>> spans, uint8_t value,
+                          Stream stream) {
+  core_->backend().fill(spans, value, stream);
+}
+std::vector<uint64_t> KvCacheManager::scan_non_finite(
+    std::span<const std::span<const std::byte>> spans, std::span<const DType> dtypes) const {
+  return core_->backend().scan_non_finite(spans, dtypes);
+}
 
 std::byte* KvCacheManager::slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool,
                                         uint32_t slot) const {

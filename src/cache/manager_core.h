@@ -158,7 +158,8 @@ class ManagerCore {
   Status check_slots(storage::TierIndex tier, const std::vector<uint64_t>& want,
                      const std::string& what) const;
   // Requires: check_slots passed. Resizes the pools; ACTIVE caches' tables follow moved pages.
-  void apply_slots(storage::TierIndex tier, const std::vector<uint64_t>& want);
+  // Backs growing pools first (a backend failure changes nothing and is returned), then resizes.
+  Status apply_slots(storage::TierIndex tier, const std::vector<uint64_t>& want);
 
   // rebalance.cc (rebalance_weights(plan) fills rebalance_weights_ once)
   // The slot counts one rebalancing step would give the tier (nullopt: leave it as it is).

@@ -74,16 +74,29 @@ Status ManagerCore::check_slots(storage::TierIndex t, const std::vector<uint64_t
   return Status::ok();
 }
 
-void ManagerCore::apply_slots(storage::TierIndex t, const std::vector<uint64_t>& want) {
+Status ManagerCore::apply_slots(storage::TierIndex t, const std::vector<uint64_t>& want) {
+  const TierKind kind = plan_.tiers()[t.value].kind;
+  // The memory of the pools that grow is backed first: a failure there changes nothing.
+  std::vector<std::pair<PoolGroupId, uint64_t>> grown;
+  for (const PoolGroup& pg : plan_.pool_groups()) {
+    const uint64_t total = storage_.counts(t, pg.id).total;
+    if (want[pg.id.value] <= total) continue;
+    if (Status s = backend_->grow(kind, pg.id, want[pg.id.value]); !s) {
+      for (const auto& [g, before] : grown) backend_->shrink(kind, g, before, {});
+      return s;
+    }
+    grown.emplace_back(pg.id, total);
+  }
   CopyEvent moved;
   for (const PoolGroup& pg : plan_.pool_groups()) {
     const uint64_t n = want[pg.id.value];
     const storage::Storage::SlotCounts c = storage_.counts(t, pg.id);
     if (n < c.total && c.free < c.total - n) storage_.make_room(t, pg.id, c.total - n);
     const CopyEvent e = storage_.resize_pool(t, pg.id, n);
+    if (n < c.total) backend_->shrink(kind, pg.id, n, e);
     if (e.ticket > moved.ticket) moved = e;
   }
-  if (moved.ticket == 0) return;
+  if (moved.ticket == 0) return Status::ok();
   // Pages of ACTIVE caches may sit in other slots now: their tables follow, and the kernels
   // wait for the copies.
   for (CacheRecord& rec : caches_) {
@@ -91,6 +104,7 @@ void ManagerCore::apply_slots(storage::TierIndex t, const std::vector<uint64_t>&
     rec.note_ready(moved);
     rebuild_tables(rec);
   }
+  return Status::ok();
 }
 
 Status ManagerCore::set_quota(TierKind kind, uint64_t bytes) {
@@ -99,8 +113,7 @@ Status ManagerCore::set_quota(TierKind kind, uint64_t bytes) {
   if (!t) return t.status();
   Result<std::vector<uint64_t>> want = quota_slots(*t, bytes);
   if (!want) return want.status();
-  // Nothing can fail from here on.
-  apply_slots(*t, *want);
+  if (Status s = apply_slots(*t, *want); !s) return s;
   quotas_[t->value] = bytes;
   after_mutation();
   return Status::ok();

@@ -100,7 +100,7 @@ Result<bool> ManagerCore::adjust() {
     if (!want) continue;
     storage_.reset_victims(t);
     if (!check_slots(t, *want, "adjust").is_ok()) continue;
-    apply_slots(t, *want);
+    if (!apply_slots(t, *want).is_ok()) continue;  // the backend could not back the growth
     changed = true;
   }
   after_mutation();

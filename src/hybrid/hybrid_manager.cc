@@ -277,54 +277,22 @@ Result<HybridCacheManager::Step> HybridCacheManager::prepare_step(
   return step;
 }
 
-namespace {
-
-bool non_finite(const std::byte* at, DType dtype) {
-  switch (dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, at, 4);
-      return !std::isfinite(v);
-    }
-    case DType::kF16: {
-      uint16_t v;
-      std::memcpy(&v, at, 2);
-      return (v & 0x7c00) == 0x7c00;  // exponent all ones: Inf or NaN
-    }
-    case DType::kBF16: {
-      uint16_t v;
-      std::memcpy(&v, at, 2);
-      return (v & 0x7f80) == 0x7f80;
-    }
-    case DType::kFP8E4M3: {
-      const uint8_t v = static_cast<uint8_t>(*at);
-      return (v & 0x7f) == 0x7f;  // e4m3fn has no Inf; S.1111.111 is NaN
-    }
-    case DType::kFP8E5M2: {
-      const uint8_t v = static_cast<uint8_t>(*at);
-      return (v & 0x7c) == 0x7c;
-    }
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 std::vector<NonFiniteReport> HybridCacheManager::scan_non_finite(
     std::optional<uint64_t> request_id) const {
-  std::vector<NonFiniteReport> out;
   const StoragePlan& plan = manager_->plan();
-  auto scan_cache = [&](const KvCache& cache, std::optional<uint64_t> id) {
+  // Every (page, buffer) of every cache scanned, then one batched scan over them all.
+  std::vector<std::span<const std::byte>> spans;
+  std::vector<DType> dtypes;
+  std::vector<NonFiniteReport> where;
+  auto add_cache = [&](const KvCache& cache, uint64_t id) {
     if (cache.state() != CacheState::kActive) return;
     manager_->wait(cache.ready_event());
     for (const CacheGroup& g : plan.cache_groups()) {
       std::vector<int32_t> slots;
-      if (g.kind == GroupKind::kSsm) {
-        for (uint32_t beam = 0; beam < cache.beam_width(); ++beam)
+      for (uint32_t beam = 0; beam < cache.beam_width(); ++beam) {
+        if (g.kind == GroupKind::kSsm) {
           slots.push_back(*cache.state_index(g.id, beam));
-      } else {
-        for (uint32_t beam = 0; beam < cache.beam_width(); ++beam) {
+        } else {
           const auto t = cache.block_table(g.id, beam);
           slots.insert(slots.end(), t->begin(), t->end());
         }
@@ -332,27 +300,46 @@ std::vector<NonFiniteReport> HybridCacheManager::scan_non_finite(
       for (uint32_t bi : g.buffers) {
         const PlannedBuffer& b = plan.buffers()[bi];
         if (!b.dtype) continue;
-        const uint32_t size = dtype_size(*b.dtype);
         for (int32_t slot : slots) {
           if (slot == kBadPageIndex) continue;
           const std::byte* base = manager_->slot_address(TierKind::kGpu, b.pool_group, b.pool,
                                                          static_cast<uint32_t>(slot));
           if (base == nullptr) return;  // the none backend has no bytes
-          base += b.offset;
-          for (uint64_t e = 0; e * size < b.size; ++e) {
-            if (non_finite(base + e * size, *b.dtype)) {
-              out.push_back({b.layer, b.role, static_cast<uint32_t>(slot), e, id});
-              break;  // one report per page and buffer
-            }
-          }
+          spans.emplace_back(base + b.offset, b.size);
+          dtypes.push_back(*b.dtype);
+          where.push_back({b.layer, b.role, static_cast<uint32_t>(slot), 0, id});
         }
       }
     }
   };
   for (const auto& [id, r] : requests_->by_id) {
-    if (!request_id || *request_id == id) scan_cache(*r.cache, id);
+    if (!request_id || *request_id == id) add_cache(*r.cache, id);
+  }
+  const std::vector<uint64_t> first = manager_->scan_non_finite(spans, dtypes);
+  std::vector<NonFiniteReport> out;
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (first[i] == UINT64_MAX) continue;
+    out.push_back(where[i]);
+    out.back().element = first[i];  // one report per page and buffer
   }
   return out;
+}
+
+void HybridCacheManager::reset_replay(const Step& step, Stream stream) {
+  if (!replay_group_ || step.replay_resets.empty()) return;
+  const StoragePlan& plan = manager_->plan();
+  std::vector<std::span<std::byte>> spans;
+  for (uint32_t bi : plan.cache_group(*replay_group_).buffers) {
+    const PlannedBuffer& b = plan.buffers()[bi];
+    if (b.role.rfind("replay_", 0) != 0) continue;
+    for (int32_t slot : step.replay_resets) {
+      std::byte* base =
+          manager_->slot_address(TierKind::kGpu, b.pool_group, b.pool, static_cast<uint32_t>(slot));
+      if (base == nullptr) return;  // the none backend has no bytes
+      spans.emplace_back(base + b.offset, b.size);
+    }
+  }
+  manager_->fill(spans, 0, stream);
 }
 
 }  // namespace hybridkv

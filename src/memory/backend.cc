@@ -3,17 +3,7 @@
 
 #include "hybridkv/units.h"
 
-#include <algorithm>
-#include <condition_variable>
-#include <cstdlib>
-#include <cstring>
-#include <deque>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
-
-#include "memory/convert.h"
-#include "util/check.h"
+#include "memory/backends.h"
 
 namespace hybridkv {
 
@@ -37,6 +27,7 @@ namespace {
 // Metadata only: copies complete at once.
 class NoneBackend final : public MemoryBackend {
  public:
+  BackendKind kind() const override { return BackendKind::kNone; }
   Status allocate(const StoragePlan&) override { return Status::ok(); }
   std::byte* pool_base(TierKind, PoolGroupId, uint32_t) const override { return nullptr; }
   CopyEvent submit(std::vector<SlotCopy> batch) override {
@@ -49,183 +40,6 @@ class NoneBackend final : public MemoryBackend {
   uint64_t ticket_ = 0;
 };
 
-// Every tier in host memory; copies run on a worker thread in submission order, so that a
-// missing wait shows up as a wrong byte in CPU tests.
-class HostBackend final : public MemoryBackend {
- public:
-  HostBackend() {
-    worker_ = std::thread([this] { run(); });
-  }
-  ~HostBackend() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-      gate_open_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
-  }
-
-  Status allocate(const StoragePlan& plan) override {
-    for (const TierPlan& tier : plan.tiers()) {
-      if (tier.kind == TierKind::kDisk) {
-        return Status::invalid("the host backend has no DISK tier yet (file-backed tier planned)");
-      }
-    }
-    for (const TierPlan& tier : plan.tiers()) {
-      for (const PoolGroup& pg : plan.pool_groups()) {
-        for (uint32_t p = 0; p < pg.pools.size(); ++p) {
-          const uint64_t bytes = tier.reserved_slots[pg.id.value] * pg.pools[p].slot_bytes;
-          Region region;
-          region.slot_bytes = pg.pools[p].slot_bytes;
-          // calloc: large blocks come zeroed from the kernel and are touched only when used, so
-          // a big quota costs nothing until pages are written (a memset faulted in every byte).
-          region.bytes.reset(static_cast<std::byte*>(std::calloc(bytes == 0 ? 1 : bytes, 1)));
-          if (!region.bytes) {
-            const std::string what =
-                tier.kind == TierKind::kGpu
-                    ? "host memory (standing in for the GPU tier)"
-                    : std::string("host memory for the ") + tier_kind_name(tier.kind) + " tier";
-            return Status(StatusCode::kOutOfPages,
-                          "host backend: cannot allocate " + format_bytes(bytes) + " of " + what +
-                              " for pool group " + std::to_string(pg.id.value) +
-                              "; lower the quota or use --backend none");
-          }
-          regions_[key(tier.kind, pg.id, p)] = std::move(region);
-          pools_per_group_[pg.id.value] = static_cast<uint32_t>(pg.pools.size());
-        }
-      }
-    }
-    for (const CacheGroup& g : plan.cache_groups()) {
-      if (!g.snapshot_pool_group) continue;
-      conversions_[pair_key(g.pool_group, *g.snapshot_pool_group)] =
-          memory::snapshot_segments(plan, g.id, true);
-      conversions_[pair_key(*g.snapshot_pool_group, g.pool_group)] =
-          memory::snapshot_segments(plan, g.id, false);
-    }
-    return Status::ok();
-  }
-
-  std::byte* pool_base(TierKind tier, PoolGroupId pg, uint32_t pool) const override {
-    auto it = regions_.find(key(tier, pg, pool));
-    return it == regions_.end() ? nullptr : it->second.bytes.get();
-  }
-
-  CopyEvent submit(std::vector<SlotCopy> batch) override {
-    if (batch.empty()) return {};
-    std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t ticket = ++submitted_;
-    queue_.push_back({ticket, std::move(batch)});
-    cv_.notify_all();
-    return {ticket};
-  }
-
-  void wait(CopyEvent event) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t ticket = std::min(event.ticket, submitted_);  // a future ticket: all so far
-    done_cv_.wait(lock, [&] { return completed_ >= ticket; });
-  }
-
-  bool cancel(CopyEvent event, uint32_t index) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    // Batches still queued have not started; the queue holds consecutive tickets.
-    if (queue_.empty() || event.ticket < queue_.front().ticket) return false;
-    const uint64_t at = event.ticket - queue_.front().ticket;
-    if (at >= queue_.size() || index >= queue_[at].copies.size()) return false;
-    SlotCopy& c = queue_[at].copies[index];
-    if (c.cancelled) return false;
-    c.cancelled = true;
-    return true;
-  }
-
-  void set_copy_gate(bool open) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      gate_open_ = open;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  struct FreeBytes {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  struct Region {
-    std::unique_ptr<std::byte, FreeBytes> bytes;
-    uint64_t slot_bytes = 0;
-  };
-  struct Batch {
-    uint64_t ticket;
-    std::vector<SlotCopy> copies;
-  };
-
-  static uint64_t key(TierKind tier, PoolGroupId pg, uint32_t pool) {
-    return (static_cast<uint64_t>(tier) << 48) | (static_cast<uint64_t>(pg.value) << 16) | pool;
-  }
-
-  void run() {
-    for (;;) {
-      Batch batch;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || (gate_open_ && !queue_.empty()); });
-        if (queue_.empty()) return;  // stopping with nothing left
-        batch = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      for (const SlotCopy& c : batch.copies) {
-        if (c.cancelled) continue;
-        if (c.dst_pool_group) {
-          run_converted(c);
-          continue;
-        }
-        const uint32_t pools = pools_per_group_.at(c.pool_group.value);
-        for (uint32_t p = 0; p < pools; ++p) {
-          const Region& src = regions_.at(key(c.src_tier, c.pool_group, p));
-          const Region& dst = regions_.at(key(c.dst_tier, c.pool_group, p));
-          std::memcpy(dst.bytes.get() + c.dst_slot * dst.slot_bytes,
-                      src.bytes.get() + c.src_slot * src.slot_bytes, src.slot_bytes);
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        completed_ = batch.ticket;
-      }
-      done_cv_.notify_all();
-    }
-  }
-
-  // A live state <-> reduced-precision snapshot copy, buffer by buffer.
-  void run_converted(const SlotCopy& c) {
-    for (const memory::ConvertSegment& seg :
-         conversions_.at(pair_key(c.pool_group, *c.dst_pool_group))) {
-      const Region& src = regions_.at(key(c.src_tier, c.pool_group, seg.src_pool));
-      const Region& dst = regions_.at(key(c.dst_tier, *c.dst_pool_group, seg.dst_pool));
-      memory::convert(seg, dst.bytes.get() + c.dst_slot * dst.slot_bytes,
-                      src.bytes.get() + c.src_slot * src.slot_bytes);
-    }
-  }
-  static uint64_t pair_key(PoolGroupId src, PoolGroupId dst) {
-    return (uint64_t{src.value} << 32) | dst.value;
-  }
-
-  // Regions are written once in allocate(), before any copy; the worker only reads the map.
-  std::unordered_map<uint64_t, Region> regions_;
-  std::unordered_map<uint32_t, uint32_t> pools_per_group_;
-  // Segments of converted copies by (source pool group, destination pool group).
-  std::unordered_map<uint64_t, std::vector<memory::ConvertSegment>> conversions_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;       // work for the worker
-  std::condition_variable done_cv_;  // completions for waiters
-  std::deque<Batch> queue_;
-  uint64_t submitted_ = 0;
-  uint64_t completed_ = 0;
-  bool gate_open_ = true;
-  bool stopping_ = false;
-  std::thread worker_;
-};
-
 }  // namespace
 
 Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& options) {
@@ -233,11 +47,27 @@ Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& option
     case BackendKind::kNone:
       return std::unique_ptr<MemoryBackend>(new NoneBackend());
     case BackendKind::kHost:
-      return std::unique_ptr<MemoryBackend>(new HostBackend());
+      return make_host_backend();
     case BackendKind::kCuda:
-      return Status::invalid("backend 'cuda' is not built into this library yet");
+      return make_cuda_backend(options);
   }
   return Status::invalid("unknown backend kind");
 }
 
+#ifndef HYBRIDKV_HAVE_CUDA
+Result<std::unique_ptr<MemoryBackend>> make_cuda_backend(const BackendOptions&) {
+  return Status::invalid(
+      "backend 'cuda': this library was built without CUDA (configure with nvcc present and "
+      "-DHYBRIDKV_CUDA=ON)");
+}
+#endif
+
 }  // namespace hybridkv::memory
+
+namespace hybridkv {
+#ifdef HYBRIDKV_HAVE_CUDA
+bool cuda_backend_built() { return true; }
+#else
+bool cuda_backend_built() { return false; }
+#endif
+}  // namespace hybridkv

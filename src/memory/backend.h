@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "hybridkv/memory.h"
@@ -35,6 +36,7 @@ struct SlotCopy {
 class MemoryBackend {
  public:
   virtual ~MemoryBackend() = default;
+  virtual BackendKind kind() const = 0;
   // Allocates every pool of every tier of the plan.
   virtual Status allocate(const StoragePlan& plan) = 0;
   // Base address of a pool on a tier; nullptr for the none backend.
@@ -51,8 +53,41 @@ class MemoryBackend {
     (void)index;
     return false;
   }
+  // The first copy that failed (a DISK write or read), or ok.
+  virtual Status copy_status() const { return Status::ok(); }
+  // For hybridkv_testing: DISK writes fail from now on (as if the device returned EIO).
+  virtual void set_disk_fault(bool on) { (void)on; }
   // For hybridkv_testing (host backend): a closed gate holds every copy until opened.
   virtual void set_copy_gate(bool open) { (void)open; }
+
+  // --- pools that grow and shrink (runtime quotas, rebalancing) ---
+  // Backs the first `slots` slots of every pool of (tier, pool group); on failure nothing new
+  // stays backed. Backends that back the whole reservation from the start do nothing.
+  virtual Status grow(TierKind tier, PoolGroupId pool_group, uint64_t slots) {
+    (void)tier, (void)pool_group, (void)slots;
+    return Status::ok();
+  }
+  // Gives back the memory above the first `slots` slots once `after` completed.
+  virtual void shrink(TierKind tier, PoolGroupId pool_group, uint64_t slots, CopyEvent after) {
+    (void)tier, (void)pool_group, (void)slots, (void)after;
+  }
+
+  // --- the engine's side ---
+  // Makes `stream` wait for `event` (CUDA: without blocking the host); backends without
+  // streams block until it completes.
+  virtual void stream_wait(Stream stream, CopyEvent event) {
+    (void)stream;
+    wait(event);
+  }
+  // Byte access to pool memory from the CPU (tests, diagnostics): plain memcpy where pools are
+  // host memory, a synchronous device copy where they are not.
+  virtual void read_bytes(void* dst, const std::byte* src, size_t n) const;
+  virtual void write_bytes(std::byte* dst, const void* src, size_t n) const;
+  // Sets every byte of each span to `value`, ordered after what `stream` already runs.
+  virtual void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream);
+  // The index of the first non-finite element of each span (dtype of each), or UINT64_MAX.
+  virtual std::vector<uint64_t> scan_non_finite(std::span<const std::span<const std::byte>> spans,
+                                                std::span<const DType> dtypes) const;
 };
 
 Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& options);

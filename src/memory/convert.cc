@@ -3,6 +3,8 @@
 #include <bit>
 #include <cstring>
 
+#include "memory/bf16_bits.h"
+
 namespace hybridkv::memory {
 
 std::vector<ConvertSegment> snapshot_segments(const StoragePlan& plan, CacheGroupId group,
@@ -30,16 +32,9 @@ std::vector<ConvertSegment> snapshot_segments(const StoragePlan& plan, CacheGrou
   return out;
 }
 
-uint16_t f32_to_bf16(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // NaN: keep it a (quiet) NaN
-  }
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
+uint16_t f32_to_bf16(float value) { return f32_bits_to_bf16(std::bit_cast<uint32_t>(value)); }
 
-float bf16_to_f32(uint16_t value) { return std::bit_cast<float>(uint32_t{value} << 16); }
+float bf16_to_f32(uint16_t value) { return std::bit_cast<float>(bf16_to_f32_bits(value)); }
 
 void convert(const ConvertSegment& s, std::byte* dst_slot, const std::byte* src_slot) {
   const std::byte* src = src_slot + s.src_offset;

@@ -45,9 +45,27 @@ uint64_t Storage::max_room(TierIndex tier, PoolGroupId pg, const Exclusions& exc
   const PoolSlots& s = slots(tier, pg);
   const uint64_t own = excluded[tier.value][pg.value];
   const uint64_t held = s.held.size() - std::min<uint64_t>(s.held.size(), own);
-  const TierIndex next(tier.value + 1);
-  const uint64_t below = next.value < tiers_.size() ? max_room(next, pg, excluded) : 0;
-  return s.free.size() + s.droppable.size() + std::min(held, below);
+  return s.free.size() + s.droppable.size() + std::min(held, room_below(tier, pg));
+}
+
+// Room for pages from above on the tiers below `tier`: a page moves to the first tier below
+// with room, skipping a full one (its own HELD pages need not move for that), so every free or
+// DROPPABLE slot below counts.
+uint64_t Storage::room_below(TierIndex tier, PoolGroupId pg) const {
+  uint64_t room = 0;
+  for (uint32_t t = tier.value + 1; t < tiers_.size(); ++t) {
+    const PoolSlots& s = slots(TierIndex(t), pg);
+    room += s.free.size() + s.droppable.size();
+  }
+  return room;
+}
+
+std::optional<TierIndex> Storage::destination_below(TierIndex tier, PoolGroupId pg) const {
+  const Exclusions none = empty_exclusions();
+  for (uint32_t t = tier.value + 1; t < tiers_.size(); ++t) {
+    if (max_room(TierIndex(t), pg, none) >= 1) return TierIndex(t);
+  }
+  return std::nullopt;
 }
 
 // The cheaper of the two queue fronts: lower rank first, then least recently used.
@@ -62,17 +80,15 @@ PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) con
 }
 
 void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
-  const Exclusions none = empty_exclusions();
-  const TierIndex next(tier.value + 1);
   while (slots(tier, pg).free.size() < n) {
-    const bool room_below = next.value < tiers_.size() && max_room(next, pg, none) >= 1;
-    const PageId victim = pick_victim(tier, pg, room_below);
+    const std::optional<TierIndex> below = destination_below(tier, pg);
+    const PageId victim = pick_victim(tier, pg, below.has_value());
     HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
               tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
     if (!page(victim).demoted) ++slots(tier, pg).victims;
-    if (room_below && worth_moving(page(victim))) {
-      make_room(next, pg, 1);
-      move(victim, next);
+    if (below && worth_moving(page(victim))) {
+      make_room(*below, pg, 1);
+      move(victim, *below);
     } else {
       drop(victim);
     }

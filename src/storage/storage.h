@@ -8,15 +8,17 @@
 // it reports drops and tier or priority changes of owned pages through PageObserver.
 //
 // Making room on tier t evicts from t's queues in value order (priority, then LRU): a HELD page
-// moves to tier t+1 (making room there first); a DROPPABLE page moves down when t+1 can make
-// room, else (and always on the last tier) it is dropped. Callers first ask max_room() whether
-// an operation can succeed and only then act, so a failed operation changes nothing. Copies are
-// collected and submitted as one batch by flush(); the batch's event becomes the ready event of
-// every page it wrote and the last-use event of every slot it read.
+// moves to the first tier below where room can be made (t+1, or a deeper one when t+1 holds
+// only pages that cannot move), making room there first; a DROPPABLE page moves down likewise
+// when it is worth it, else (and always on the last tier) it is dropped. Callers first ask
+// max_room() whether an operation can succeed and only then act, so a failed operation changes
+// nothing. Copies are collected and submitted as one batch by flush(); the batch's event becomes
+// the ready event of every page it wrote and the last-use event of every slot it read.
 //
 // Thread-safety: none; the manager's mutex serializes every call.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -150,6 +152,9 @@ class Storage {
     return tiers_[tier.value].pools[pg.value];
   }
   PageId pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) const;
+  uint64_t room_below(TierIndex tier, PoolGroupId pg) const;
+  // The first tier below `tier` where room for one page of `pg` can be made.
+  std::optional<TierIndex> destination_below(TierIndex tier, PoolGroupId pg) const;
   bool worth_moving(const Page& p) const;
   SlotId take_slot(TierIndex tier, PoolGroupId pg);
   void give_slot(TierIndex tier, PoolGroupId pg, SlotId slot, CopyEvent last_use);

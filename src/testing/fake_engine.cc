@@ -23,7 +23,8 @@ uint64_t scope_hash(const ReuseScope& s) {
 
 }  // namespace
 
-FakeEngine::FakeEngine(KvCacheManager& manager) : manager_(manager) {
+FakeEngine::FakeEngine(KvCacheManager& manager)
+    : manager_(manager), device_memory_(manager.backend_kind() == BackendKind::kCuda) {
   const StoragePlan& plan = manager.plan();
   buffers_.resize(plan.cache_groups().size());
   for (const CacheGroup& g : plan.cache_groups()) {
@@ -54,26 +55,52 @@ std::byte* FakeEngine::page(const Buffer& b, int32_t slot) const {
   return base == nullptr ? nullptr : base + b.offset;
 }
 
+// The byte ranges of an n-byte region that a sampled write or check touches: [0, from) and
+// [to, n), or the whole region.
+std::pair<uint64_t, uint64_t> FakeEngine::sample_ranges(uint64_t n, uint64_t sample) {
+  const uint64_t from = sample ? (sample + 7) / 8 * 8 : n;
+  const uint64_t to = sample && n > 2 * from ? (n - sample) / 8 * 8 : 0;
+  return to > from ? std::make_pair(from, to) : std::make_pair(n, n);
+}
+
 void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t mask) {
-  const uint64_t skip_from = sample_writes_ ? (sample_writes_ + 7) / 8 * 8 : n;
-  const uint64_t skip_to = sample_writes_ && n > 2 * skip_from ? (n - sample_writes_) / 8 * 8 : 0;
-  for (uint64_t i = 0; i < n; i += 8) {
-    if (i == skip_from && skip_to > skip_from) i = skip_to;
-    const uint64_t word = mix(seed + i) & mask;  // each word on its own, so checks can sample
-    std::memcpy(at + i, &word, std::min<uint64_t>(8, n - i));
+  const auto [skip_from, skip_to] = sample_ranges(n, sample_writes_);
+  for (const auto& [lo, hi] : {std::pair<uint64_t, uint64_t>(0, std::min(skip_from, n)),
+                               std::pair<uint64_t, uint64_t>(std::min(skip_to, n), n)}) {
+    if (lo >= hi) continue;
+    // Pools the CPU cannot address (CUDA's GPU tier) are written through a staging buffer.
+    std::byte* out = at + lo;
+    if (device_memory_) {
+      staging_.resize(hi - lo);
+      out = staging_.data();
+    }
+    for (uint64_t i = lo; i < hi; i += 8) {
+      const uint64_t word = mix(seed + i) & mask;  // each word on its own, so checks can sample
+      std::memcpy(out + (i - lo), &word, std::min<uint64_t>(8, hi - i));
+    }
+    if (device_memory_) manager_.write_pool_bytes(at + lo, staging_.data(), hi - lo);
   }
   bytes_written_ += n;
 }
 
 Status FakeEngine::check_bytes(const std::byte* at, uint64_t n, uint64_t seed,
                                const std::string& what, uint64_t mask) {
-  const uint64_t skip_from = sample_bytes_ ? (sample_bytes_ + 7) / 8 * 8 : n;
-  const uint64_t skip_to = sample_bytes_ && n > 2 * skip_from ? (n - sample_bytes_) / 8 * 8 : 0;
-  for (uint64_t i = 0; i < n; i += 8) {
-    if (i == skip_from && skip_to > skip_from) i = skip_to;
-    const uint64_t word = mix(seed + i) & mask;
-    if (std::memcmp(at + i, &word, std::min<uint64_t>(8, n - i)) != 0) {
-      return Status::invalid("fake engine: mismatch in " + what + " at byte " + std::to_string(i));
+  const auto [skip_from, skip_to] = sample_ranges(n, sample_bytes_);
+  for (const auto& [lo, hi] : {std::pair<uint64_t, uint64_t>(0, std::min(skip_from, n)),
+                               std::pair<uint64_t, uint64_t>(std::min(skip_to, n), n)}) {
+    if (lo >= hi) continue;
+    const std::byte* in = at + lo;
+    if (device_memory_) {
+      staging_.resize(hi - lo);
+      manager_.read_pool_bytes(staging_.data(), at + lo, hi - lo);
+      in = staging_.data();
+    }
+    for (uint64_t i = lo; i < hi; i += 8) {
+      const uint64_t word = mix(seed + i) & mask;
+      if (std::memcmp(in + (i - lo), &word, std::min<uint64_t>(8, hi - i)) != 0) {
+        return Status::invalid("fake engine: mismatch in " + what + " at byte " +
+                               std::to_string(i));
+      }
     }
   }
   return Status::ok();

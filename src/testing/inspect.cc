@@ -40,6 +40,10 @@ void set_copy_gate(KvCacheManager& manager, bool open) {
   ManagerInspector::core(manager).backend().set_copy_gate(open);
 }
 
+void set_disk_fault(KvCacheManager& manager, bool on) {
+  ManagerInspector::core(manager).backend().set_disk_fault(on);
+}
+
 std::string InvariantChecker::check(const KvCacheManager& manager) {
   std::string err = check_invariants(manager);
   if (!err.empty()) return err;

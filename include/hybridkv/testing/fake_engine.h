@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hybridkv/manager.h"
@@ -81,6 +82,9 @@ class FakeEngine {
 
   KvCacheManager& manager_;
   std::vector<std::vector<Buffer>> buffers_;  // by cache group
+  static std::pair<uint64_t, uint64_t> sample_ranges(uint64_t n, uint64_t sample);
+  bool device_memory_ = false;      // GPU-tier pools are not CPU-addressable
+  std::vector<std::byte> staging_;  // their bytes, on the way in or out
   uint64_t sample_bytes_ = 0;
   uint64_t sample_writes_ = 0;
   uint64_t pages_checked_ = 0;

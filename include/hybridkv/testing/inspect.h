@@ -39,6 +39,8 @@ std::vector<TreePage> tree_pages(const KvCacheManager& manager);
 // Host backend: a closed gate holds every copy until opened (a test proves nothing reads a page
 // before its copy completed). No effect on other backends.
 void set_copy_gate(KvCacheManager& manager, bool open);
+// DISK tier: every later write fails as if the device returned EIO (the slot is marked bad).
+void set_disk_fault(KvCacheManager& manager, bool on);
 
 // check_invariants() plus the invariants across calls: a tree block's coverage never shrinks
 // while the block lives.

@@ -1,0 +1,113 @@
+// The copy, fill and scan kernels: one thread block per piece, 16-byte words where the piece is
+// aligned for them, so that one launch moves any mix of page sizes at the bus's speed.
+#include "memory/cuda_kernels.h"
+
+#include "memory/bf16_bits.h"
+
+namespace hybridkv::memory::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ bool aligned16(const void* a, const void* b, uint32_t n) {
+  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | n) & 15u) == 0;
+}
+
+__device__ void copy_bytes(const void* src, void* dst, uint32_t n) {
+  if (aligned16(src, dst, n)) {
+    const uint4* s = static_cast<const uint4*>(src);
+    uint4* d = static_cast<uint4*>(dst);
+    for (uint32_t i = threadIdx.x; i < n / 16; i += blockDim.x) d[i] = s[i];
+    return;
+  }
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+__global__ void copy_pieces(const CopyPiece* pieces) {
+  const CopyPiece p = pieces[blockIdx.x];
+  switch (p.kind) {
+    case kPieceF32ToBF16: {
+      const uint32_t* s = static_cast<const uint32_t*>(p.src);
+      uint16_t* d = static_cast<uint16_t*>(p.dst);
+      for (uint32_t i = threadIdx.x; i < p.bytes / 4; i += blockDim.x)
+        d[i] = f32_bits_to_bf16(s[i]);
+      return;
+    }
+    case kPieceBF16ToF32: {
+      const uint16_t* s = static_cast<const uint16_t*>(p.src);
+      uint32_t* d = static_cast<uint32_t*>(p.dst);
+      for (uint32_t i = threadIdx.x; i < p.bytes / 2; i += blockDim.x)
+        d[i] = bf16_to_f32_bits(s[i]);
+      return;
+    }
+    default:
+      copy_bytes(p.src, p.dst, p.bytes);
+  }
+}
+
+__global__ void fill_pieces(const CopyPiece* pieces, uint8_t value) {
+  const CopyPiece p = pieces[blockIdx.x];
+  uint8_t* d = static_cast<uint8_t*>(p.dst);
+  if (((reinterpret_cast<uintptr_t>(d) | p.bytes) & 15u) == 0) {
+    const uint32_t v = value * 0x01010101u;
+    const uint4 word = make_uint4(v, v, v, v);
+    for (uint32_t i = threadIdx.x; i < p.bytes / 16; i += blockDim.x)
+      reinterpret_cast<uint4*>(d)[i] = word;
+    return;
+  }
+  for (uint32_t i = threadIdx.x; i < p.bytes; i += blockDim.x) d[i] = value;
+}
+
+__device__ bool non_finite(const uint8_t* at, uint32_t dtype) {
+  switch (dtype) {
+    case 0:
+      return (*reinterpret_cast<const uint32_t*>(at) & 0x7f800000u) == 0x7f800000u;
+    case 1:
+      return (*reinterpret_cast<const uint16_t*>(at) & 0x7c00u) == 0x7c00u;
+    case 2:
+      return (*reinterpret_cast<const uint16_t*>(at) & 0x7f80u) == 0x7f80u;
+    case 3:
+      return (*at & 0x7fu) == 0x7fu;  // e4m3fn has no Inf; S.1111.111 is NaN
+    case 4:
+      return (*at & 0x7cu) == 0x7cu;
+    default:
+      return false;
+  }
+}
+
+__device__ uint32_t dtype_bytes(uint32_t dtype) { return dtype == 0 ? 4 : dtype <= 2 ? 2 : 1; }
+
+__global__ void scan_pieces(const CopyPiece* pieces, unsigned long long* first_bad) {
+  const CopyPiece p = pieces[blockIdx.x];
+  const uint32_t size = dtype_bytes(p.kind);
+  const uint8_t* s = static_cast<const uint8_t*>(p.src);
+  for (uint32_t e = threadIdx.x; e < p.bytes / size; e += blockDim.x) {
+    if (non_finite(s + e * size, p.kind)) atomicMin(&first_bad[blockIdx.x], e);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_copy_pieces(const CopyPiece* pieces, uint32_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  copy_pieces<<<count, kThreads, 0, stream>>>(pieces);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_pieces(const CopyPiece* pieces, uint32_t count, uint8_t value,
+                               cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  fill_pieces<<<count, kThreads, 0, stream>>>(pieces, value);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scan_pieces(const CopyPiece* pieces, uint32_t count,
+                               unsigned long long* first_bad, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  scan_pieces<<<count, kThreads, 0, stream>>>(pieces, first_bad);
+  return cudaGetLastError();
+}
+
+}  // namespace hybridkv::memory::cuda

@@ -1,0 +1,254 @@
+// The host backend: every tier in host memory (DISK in files), copies on a worker thread.
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "hybridkv/units.h"
+#include "memory/backends.h"
+#include "memory/batch_runs.h"
+#include "memory/convert.h"
+#include "memory/disk_store.h"
+
+namespace hybridkv::memory {
+namespace {
+
+// Every tier in host memory; copies run on a worker thread in submission order, so that a
+// missing wait shows up as a wrong byte in CPU tests.
+class HostBackend final : public MemoryBackend {
+ public:
+  BackendKind kind() const override { return BackendKind::kHost; }
+  HostBackend() {
+    worker_ = std::thread([this] { run(); });
+  }
+  ~HostBackend() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      gate_open_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  Status allocate(const StoragePlan& plan) override {
+    for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
+      const TierPlan& tier = plan.tiers()[t];
+      if (tier.kind == TierKind::kDisk) {
+        Result<std::unique_ptr<DiskStore>> disk = DiskStore::open(disk_directory(plan), plan, t);
+        if (!disk) return disk.status();
+        disk_ = std::move(disk).value();
+        continue;
+      }
+      for (const PoolGroup& pg : plan.pool_groups()) {
+        for (uint32_t p = 0; p < pg.pools.size(); ++p) {
+          const uint64_t bytes = tier.reserved_slots[pg.id.value] * pg.pools[p].slot_bytes;
+          Region region;
+          region.slot_bytes = pg.pools[p].slot_bytes;
+          // calloc: large blocks come zeroed from the kernel and are touched only when used, so
+          // a big quota costs nothing until pages are written (a memset faulted in every byte).
+          region.bytes.reset(static_cast<std::byte*>(std::calloc(bytes == 0 ? 1 : bytes, 1)));
+          if (!region.bytes) {
+            const std::string what =
+                tier.kind == TierKind::kGpu
+                    ? "host memory (standing in for the GPU tier)"
+                    : std::string("host memory for the ") + tier_kind_name(tier.kind) + " tier";
+            return Status(StatusCode::kOutOfPages,
+                          "host backend: cannot allocate " + format_bytes(bytes) + " of " + what +
+                              " for pool group " + std::to_string(pg.id.value) +
+                              "; lower the quota or use --backend none");
+          }
+          regions_[key(tier.kind, pg.id, p)] = std::move(region);
+          pools_per_group_[pg.id.value] = static_cast<uint32_t>(pg.pools.size());
+        }
+      }
+    }
+    for (const CacheGroup& g : plan.cache_groups()) {
+      if (!g.snapshot_pool_group) continue;
+      conversions_[pair_key(g.pool_group, *g.snapshot_pool_group)] =
+          memory::snapshot_segments(plan, g.id, true);
+      conversions_[pair_key(*g.snapshot_pool_group, g.pool_group)] =
+          memory::snapshot_segments(plan, g.id, false);
+    }
+    return Status::ok();
+  }
+
+  std::byte* pool_base(TierKind tier, PoolGroupId pg, uint32_t pool) const override {
+    auto it = regions_.find(key(tier, pg, pool));
+    return it == regions_.end() ? nullptr : it->second.bytes.get();
+  }
+
+  CopyEvent submit(std::vector<SlotCopy> batch) override {
+    if (batch.empty()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t ticket = ++submitted_;
+    queue_.push_back({ticket, std::move(batch)});
+    cv_.notify_all();
+    return {ticket};
+  }
+
+  void wait(CopyEvent event) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t ticket = std::min(event.ticket, submitted_);  // a future ticket: all so far
+    done_cv_.wait(lock, [&] { return completed_ >= ticket; });
+  }
+
+  bool cancel(CopyEvent event, uint32_t index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Batches still queued have not started; the queue holds consecutive tickets.
+    if (queue_.empty() || event.ticket < queue_.front().ticket) return false;
+    const uint64_t at = event.ticket - queue_.front().ticket;
+    if (at >= queue_.size() || index >= queue_[at].copies.size()) return false;
+    SlotCopy& c = queue_[at].copies[index];
+    if (c.cancelled) return false;
+    c.cancelled = true;
+    return true;
+  }
+
+  Status copy_status() const override { return disk_ ? disk_->status() : Status::ok(); }
+  void set_disk_fault(bool on) override {
+    if (disk_) disk_->set_fault(on);
+  }
+
+  void set_copy_gate(bool open) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gate_open_ = open;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct FreeBytes {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  struct Region {
+    std::unique_ptr<std::byte, FreeBytes> bytes;
+    uint64_t slot_bytes = 0;
+  };
+  struct Batch {
+    uint64_t ticket;
+    std::vector<SlotCopy> copies;
+  };
+
+  static uint64_t key(TierKind tier, PoolGroupId pg, uint32_t pool) {
+    return (static_cast<uint64_t>(tier) << 48) | (static_cast<uint64_t>(pg.value) << 16) | pool;
+  }
+
+  void run() {
+    for (;;) {
+      Batch batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || (gate_open_ && !queue_.empty()); });
+        if (queue_.empty()) return;  // stopping with nothing left
+        batch = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      execute(batch.copies);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        completed_ = batch.ticket;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  void execute(std::span<const SlotCopy> copies) {
+    for_each_run(
+        copies,
+        [&](size_t first, size_t last) {
+          for (size_t i = first; i < last; ++i) run_memory(copies[i]);
+        },
+        [&](size_t first, size_t last) {
+          std::vector<DiskOp> ops;
+          for (size_t i = first; i < last; ++i) {
+            const SlotCopy& c = copies[i];
+            if (c.cancelled) continue;
+            const bool to_disk = c.dst_tier == TierKind::kDisk;
+            append_disk_ops(
+                c, pools_per_group_.at(c.pool_group.value),
+                [&](uint32_t p) {
+                  return slot_bytes_at(to_disk ? c.src_tier : c.dst_tier, c.pool_group, p,
+                                       to_disk ? c.src_slot : c.dst_slot);
+                },
+                ops);
+          }
+          disk_->run(ops);
+        });
+  }
+
+  std::byte* slot_bytes_at(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot) const {
+    const Region& r = regions_.at(key(tier, pg, pool));
+    return r.bytes.get() + slot * r.slot_bytes;
+  }
+
+  void run_memory(const SlotCopy& c) {
+    if (c.cancelled) return;
+    if (c.dst_pool_group) {
+      run_converted(c);
+      return;
+    }
+    const uint32_t pools = pools_per_group_.at(c.pool_group.value);
+    for (uint32_t p = 0; p < pools; ++p) {
+      std::memcpy(slot_bytes_at(c.dst_tier, c.pool_group, p, c.dst_slot),
+                  slot_bytes_at(c.src_tier, c.pool_group, p, c.src_slot),
+                  regions_.at(key(c.src_tier, c.pool_group, p)).slot_bytes);
+    }
+  }
+
+  // A live state <-> reduced-precision snapshot copy, buffer by buffer.
+  void run_converted(const SlotCopy& c) {
+    for (const memory::ConvertSegment& seg :
+         conversions_.at(pair_key(c.pool_group, *c.dst_pool_group))) {
+      const Region& src = regions_.at(key(c.src_tier, c.pool_group, seg.src_pool));
+      const Region& dst = regions_.at(key(c.dst_tier, *c.dst_pool_group, seg.dst_pool));
+      memory::convert(seg, dst.bytes.get() + c.dst_slot * dst.slot_bytes,
+                      src.bytes.get() + c.src_slot * src.slot_bytes);
+    }
+  }
+  static uint64_t pair_key(PoolGroupId src, PoolGroupId dst) {
+    return (uint64_t{src.value} << 32) | dst.value;
+  }
+
+  // Regions are written once in allocate(), before any copy; the worker only reads the map.
+  std::unordered_map<uint64_t, Region> regions_;
+  std::unordered_map<uint32_t, uint32_t> pools_per_group_;
+  std::unique_ptr<DiskStore> disk_;  // the DISK tier, when the plan has one
+  // Segments of converted copies by (source pool group, destination pool group).
+  std::unordered_map<uint64_t, std::vector<memory::ConvertSegment>> conversions_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // work for the worker
+  std::condition_variable done_cv_;  // completions for waiters
+  std::deque<Batch> queue_;
+  uint64_t submitted_ = 0;
+  uint64_t completed_ = 0;
+  bool gate_open_ = true;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace
+
+std::unique_ptr<MemoryBackend> make_host_backend() { return std::make_unique<HostBackend>(); }
+
+std::string disk_directory(const StoragePlan& plan) {
+  for (const TierConfig& t : plan.config().tiers) {
+    if (t.kind == TierKind::kDisk) return t.path;
+  }
+  return {};
+}
+
+int tier_position(const StoragePlan& plan, TierKind kind) {
+  for (size_t t = 0; t < plan.tiers().size(); ++t) {
+    if (plan.tiers()[t].kind == kind) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+}  // namespace hybridkv::memory

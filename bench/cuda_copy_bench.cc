@@ -136,7 +136,10 @@ double engine(Setup& s, const std::vector<memory::SlotCopy>& b) {
 void moves(uint32_t tpb) {
   Setup s = setup(tpb);
   const uint64_t slot = s.plan.pool_group(s.attention).pools[0].slot_bytes;
-  const uint32_t n = static_cast<uint32_t>((4ull << 30) / slot);  // 4 GiB of pages
+  // 4 GiB of pages, or what both tiers hold.
+  const uint32_t n = static_cast<uint32_t>(
+      std::min<uint64_t>({(4ull << 30) / slot, s.plan.slots(TierKind::kHost, s.attention),
+                          s.plan.slots(TierKind::kGpu, s.attention)}));
   const double bytes = double(n) * slot;
   char page[64];
   std::snprintf(page, sizeof page, "%llu KiB/layer (%llu KiB slot)",
@@ -158,7 +161,8 @@ void moves(uint32_t tpb) {
       per_copy(s, s.attention, TierKind::kGpu, TierKind::kGpu, half, slot), "baseline");
   if (tpb == 32) {
     const uint64_t state = s.plan.pool_group(s.ssm).slot_bytes;
-    const uint32_t states = 16;
+    const uint32_t states =
+        static_cast<uint32_t>(std::min<uint64_t>(16, s.plan.slots(TierKind::kGpu, s.ssm) / 2));
     row("d2d SSM state snapshots, hybridkv batch", "97.4 MiB state", 2.0 * states * state,
         engine(s, batch(s.ssm, TierKind::kGpu, TierKind::kGpu, states)), "read + written");
   }

@@ -1,7 +1,9 @@
 // `hybridkv sim`: the reuse bound on the bundled slice, verification through the fake engine,
 // bad traces reported with their line, and the report files.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
+#include "test_backend.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -93,6 +95,23 @@ TEST(Sim, AttentionOnlyOneAtATimeReusesExactlyTheBound) {
   EXPECT_EQ(j["reuse_bound_tokens"].get<uint64_t>(), independent);
   EXPECT_EQ(j["reused_tokens"].get<uint64_t>(), independent);
   EXPECT_EQ(j["prompt_tokens"].get<uint64_t>(), 13732944u);
+  std::remove(json.c_str());
+}
+
+// Pages cascade to a DISK tier (small host tier) and come back: every byte checked.
+TEST(Sim, VerifyWithADiskTierFindsNoMismatch) {
+  const std::string json = scratch("verify-disk.json");
+  hybridkv::testing::TempDir dir;
+  const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice + " --limit " +
+                           std::to_string(kVerifyLimit) +
+                           " --backend host --tp 8 --gpu-quota 512MiB --host-quota 64MiB "
+                           "--disk-quota 2GiB --disk-path " +
+                           dir.path + " --max-batch 16 --verify --quiet --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u);
+  EXPECT_GT(j["bytes_offloaded"].get<uint64_t>(), 0u);
   std::remove(json.c_str());
 }
 
@@ -248,9 +267,8 @@ TEST(Sim, BadSettingsAreRefusedBeforeAnyWork) {
   expect_sim_refuses("--disk-quota 1GiB --disk-path /nonexistent-dir",
                      "--disk-path: '/nonexistent-dir' is not an existing directory");
   expect_sim_refuses("--disk-path /tmp", "--disk-path '/tmp' without --disk-quota");
-  expect_sim_refuses("--backend host --disk-quota 1GiB --disk-path /tmp",
-                     "the host backend has no disk tier yet");
-  expect_sim_refuses("--backend gpu", "--backend: 'gpu' is not none or host");
+  expect_sim_refuses("--backend gpu", "--backend: 'gpu' is not none, host or cuda");
+  expect_sim_refuses("--backend none --verify", "--verify needs --backend host or cuda");
   const CliRun dir = run_cli("sim --model " + std::string(HKV_MODELS_DIR) + " --trace " + kSlice);
   EXPECT_EQ(dir.exit_code, 2);
   EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;

@@ -131,10 +131,6 @@ Status check_outputs_and_disk(const SimOptions& o) {
   if (!o.disk_path.empty() && o.disk_quota.empty())
     return Status::invalid("--disk-path '" + o.disk_path + "' without --disk-quota");
   if (o.disk_quota.empty()) return Status::ok();
-  if (o.backend != "none") {
-    return Status::invalid("--disk-quota: the " + o.backend +
-                           " backend has no disk tier yet (use --backend none)");
-  }
   if (o.disk_path.empty()) return Status::invalid("--disk-quota needs --disk-path");
   if (!std::filesystem::is_directory(o.disk_path))
     return Status::invalid("--disk-path: '" + o.disk_path + "' is not an existing directory");
@@ -149,10 +145,12 @@ Result<BackendOptions> backend_from(const SimOptions& o) {
     backend.kind = BackendKind::kNone;
   else if (o.backend == "host")
     backend.kind = BackendKind::kHost;
+  else if (o.backend == "cuda")
+    backend.kind = BackendKind::kCuda;
   else
-    return Status::invalid("--backend: '" + o.backend + "' is not none or host");
-  if (o.verify && backend.kind != BackendKind::kHost)
-    return Status::invalid("--verify needs --backend host");
+    return Status::invalid("--backend: '" + o.backend + "' is not none, host or cuda");
+  if (o.verify && backend.kind == BackendKind::kNone)
+    return Status::invalid("--verify needs --backend host or cuda (the none backend has no bytes)");
   return backend;
 }
 
@@ -244,8 +242,10 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
       "branch, demand");
   sim->add_option("--spec-tokens", o.spec_tokens, "speculative tokens (replay buffers)");
   sim->add_option("--backend", o.backend,
-                  "none (metadata only, any scale) or host (real bytes in host memory)");
-  sim->add_flag("--verify", o.verify, "check every page through the fake engine (host backend)");
+                  "none (metadata only, any scale), host (real bytes in host memory) or cuda "
+                  "(GPU tier on the GPU, host tier pinned)");
+  sim->add_flag("--verify", o.verify,
+                "check every page through the fake engine (host or cuda backend)");
   sim->add_flag("--attention-only", o.attention_only, "drop the recurrent layers");
   sim->add_option("--arrival", o.arrival, "asap or timestamps");
   sim->add_option("--step-ms", o.step_ms, "simulated milliseconds per step (timestamps)");

@@ -109,7 +109,7 @@ class DType(enum.Enum):
 class HybridCacheManager:
     """Requests of a hybrid model on one rank (hybridkv/hybrid.h)."""
 
-    def __init__(self, model: ModelDescription, serving: ServingConfig, backend: BackendKind = BackendKind.HOST) -> None: ...
+    def __init__(self, model: ModelDescription, serving: ServingConfig, backend: BackendKind = BackendKind.HOST, device: int = 0) -> None: ...
 
     def add_request(self, request_id: int, prompt: Sequence[int]) -> None:
         """A new request, SUSPENDED, holding what the tree offers."""
@@ -170,6 +170,11 @@ class HybridCacheManager:
     def decode_step(self, request_ids: Annotated[ArrayLike, dict(dtype='uint64', shape=(None), order='C', device='cpu', writable=False)], group: int | None = None) -> tuple:
         """
         One decode step for a batch: every request grows by one token; returns numpy views (state indices, replay indices, block tables of `group` [requests, blocks]) over buffers the manager owns and rewrites at the next call.
+        """
+
+    def synchronize(self) -> None:
+        """
+        Blocks until every copy submitted so far has completed (pool views read after it see them).
         """
 
     def pool_view(self, tier: TierKind, pool_group: int, pool: int = 0) -> object:

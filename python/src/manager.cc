@@ -24,8 +24,11 @@ using IndexArray = nb::ndarray<nb::numpy, int32_t>;
 // The Python object behind hybridkv.HybridCacheManager.
 class Manager {
  public:
-  Manager(const ModelDescription& model, const ServingConfig& serving, BackendKind backend) {
-    h_ = value_or_raise(HybridCacheManager::create(model, serving, BackendOptions{backend}));
+  Manager(const ModelDescription& model, const ServingConfig& serving, BackendKind backend,
+          int device)
+      : device_(device) {
+    h_ =
+        value_or_raise(HybridCacheManager::create(model, serving, BackendOptions{backend, device}));
   }
 
   // Runs `fn` on the manager with the GIL released and the manager's lock held.
@@ -70,6 +73,8 @@ class Manager {
   // Replay indices whose replay state the engine must reset before the last decode_step.
   std::vector<int32_t> replay_resets() const { return resets_; }
 
+  BackendKind backend_kind() const { return h_->manager().backend_kind(); }
+  int device() const { return device_; }
   std::byte* slot_address(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot) {
     return h_->manager().slot_address(tier, pg, pool, slot);
   }
@@ -109,6 +114,7 @@ class Manager {
   }
 
   std::unique_ptr<HybridCacheManager> h_;
+  int device_ = 0;
   std::mutex mu_;
   std::vector<int32_t> state_, replay_, tables_, resets_;
   size_t step_requests_ = 0;
@@ -128,8 +134,19 @@ std::vector<int32_t> copy_table(Manager& m, uint64_t id, uint32_t group, uint32_
   return out;
 }
 
-// A whole pool of one tier as a numpy array [slots, slot bytes] over the backend's memory
-// (host backend; None for the none backend, which holds no bytes).
+// Pool memory as an array that keeps the manager alive: numpy where the CPU can address it; a
+// DLPack array on the CUDA device for the CUDA backend's GPU tier (torch.from_dlpack takes it).
+nb::object pool_array(Manager& m, nb::handle owner, TierKind tier, std::byte* at,
+                      const size_t shape[2], const int64_t strides[2], nb::dlpack::dtype dtype) {
+  if (tier == TierKind::kGpu && m.backend_kind() == BackendKind::kCuda) {
+    return nb::cast(
+        nb::ndarray<>(at, 2, shape, owner, strides, dtype, nb::device::cuda::value, m.device()));
+  }
+  return nb::cast(nb::ndarray<nb::numpy>(at, 2, shape, owner, strides, dtype));
+}
+
+// A whole pool of one tier as an array [slots, slot bytes] over the backend's memory (None for
+// the none backend, which holds no bytes).
 nb::object pool_view(nb::handle self, TierKind tier, uint32_t pool_group, uint32_t pool) {
   Manager& m = nb::cast<Manager&>(self);
   const StoragePlan& plan = m.h().plan();
@@ -144,9 +161,9 @@ nb::object pool_view(nb::handle self, TierKind tier, uint32_t pool_group, uint32
   if (t == nullptr) throw nb::value_error("pool_view: the tier is not configured");
   std::byte* base = m.slot_address(tier, PoolGroupId(pool_group), pool, 0);
   if (base == nullptr) return nb::none();
-  const size_t slots = t->reserved_slots[pool_group];
-  return nb::cast(nb::ndarray<nb::numpy, uint8_t>(reinterpret_cast<uint8_t*>(base),
-                                                  {slots, pg.pools[pool].slot_bytes}, self));
+  const size_t shape[2] = {t->reserved_slots[pool_group], pg.pools[pool].slot_bytes};
+  const int64_t strides[2] = {static_cast<int64_t>(pg.pools[pool].slot_bytes), 1};
+  return pool_array(m, self, tier, base, shape, strides, nb::dtype<uint8_t>());
 }
 
 // The element type numpy shows for a buffer dtype (bf16 and fp8 as raw integers of their width).
@@ -180,8 +197,7 @@ nb::object buffer_view(nb::handle self, TierKind tier, uint32_t layer, const std
   const uint64_t slot_bytes = plan.pool_group(b.pool_group).pools[b.pool].slot_bytes;
   const size_t shape[2] = {t->reserved_slots[b.pool_group.value], b.size / element};
   const int64_t strides[2] = {static_cast<int64_t>(slot_bytes / element), 1};
-  return nb::cast(
-      nb::ndarray<nb::numpy>(base + b.offset, 2, shape, self, strides, numpy_dtype(b.dtype)));
+  return pool_array(m, self, tier, base + b.offset, shape, strides, numpy_dtype(b.dtype));
 }
 
 nb::dict iteration_stats(Manager& m) {
@@ -220,8 +236,8 @@ nb::dict reuse_stats(Manager& m) {
 
 // Requests: their lifecycle, snapshots and what the manager knows of each.
 void bind_requests(nb::class_<Manager>& cls) {
-  cls.def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind>(), "model"_a,
-          "serving"_a, "backend"_a = BackendKind::kHost)
+  cls.def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind, int>(), "model"_a,
+          "serving"_a, "backend"_a = BackendKind::kHost, "device"_a = 0)
       .def(
           "add_request",
           [](Manager& m, uint64_t id, std::vector<int32_t> prompt) {
@@ -321,6 +337,11 @@ void bind_steps(nb::class_<Manager>& cls) {
           "One decode step for a batch: every request grows by one token; returns numpy views "
           "(state indices, replay indices, block tables of `group` [requests, blocks]) over "
           "buffers the manager owns and rewrites at the next call.")
+      .def(
+          "synchronize",
+          [](Manager& m) { m.locked([](HybridCacheManager& h) { h.manager().synchronize(); }); },
+          "Blocks until every copy submitted so far has completed (pool views read after it see "
+          "them).")
       .def("pool_view", &pool_view, "tier"_a, "pool_group"_a, "pool"_a = 0,
            "A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.")
       .def_prop_ro("state_group",

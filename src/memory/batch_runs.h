@@ -46,14 +46,22 @@ void for_each_run(std::span<const SlotCopy> batch, OnMemory&& on_memory, OnDisk&
   }
 }
 
+// The memory side of a copy within the disk: none.
+inline std::byte* no_memory(uint32_t) { return nullptr; }
+
 // The disk side of a copy, one operation per pool; `memory_slot(pool)` is the CPU-addressable
-// bytes of the other side.
+// bytes of the other side (not called for a copy within the disk).
 template <typename MemorySlot>
 void append_disk_ops(const SlotCopy& c, uint32_t pools, MemorySlot&& memory_slot,
                      std::vector<DiskOp>& ops) {
   const bool to_disk = c.dst_tier == TierKind::kDisk;
+  const bool within = to_disk && c.src_tier == TierKind::kDisk;
   for (uint32_t p = 0; p < pools; ++p) {
-    ops.push_back({to_disk, c.pool_group, p, to_disk ? c.dst_slot : c.src_slot, memory_slot(p)});
+    if (within) {  // memory_slot is not called
+      ops.push_back({true, c.pool_group, p, c.dst_slot, nullptr, c.src_slot});
+    } else {
+      ops.push_back({to_disk, c.pool_group, p, to_disk ? c.dst_slot : c.src_slot, memory_slot(p)});
+    }
   }
 }
 

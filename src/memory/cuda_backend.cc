@@ -294,6 +294,10 @@ void CudaBackend::run_disk(std::span<const SlotCopy> copies) {
     const TierKind other = to_disk ? c.src_tier : c.dst_tier;
     const uint32_t other_slot = to_disk ? c.src_slot : c.dst_slot;
     const uint32_t pools = pools_per_group_.at(c.pool_group.value);
+    if (c.src_tier == c.dst_tier) {  // within the disk (a pool resized)
+      append_disk_ops(c, pools, no_memory, ops);
+      continue;
+    }
     for (uint32_t p = 0; p < pools; ++p) {
       std::byte* mem = slot_at(other, c.pool_group, p, other_slot);
       const uint32_t disk_slot = to_disk ? c.dst_slot : c.src_slot;

@@ -127,6 +127,13 @@ bool DiskStore::transfer(const File& f, const DiskOp& op, std::byte* staging) {
 }
 
 void DiskStore::run_one(const DiskOp& op, std::byte* staging) {
+  if (op.from_slot >= 0) {  // within the disk (a pool resized): read, then write
+    std::vector<std::byte> bytes(file(op.pool_group, op.pool).slot_bytes);
+    run_one({false, op.pool_group, op.pool, static_cast<uint32_t>(op.from_slot), bytes.data()},
+            staging);
+    run_one({true, op.pool_group, op.pool, op.slot, bytes.data()}, staging);
+    return;
+  }
   const File& f = file(op.pool_group, op.pool);
   uint8_t& bad = bad_[op.pool_group.value][op.slot * files_[op.pool_group.value].size() + op.pool];
   const std::string what = std::string(op.to_disk ? "writing" : "reading") + " pool group " +

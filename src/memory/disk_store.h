@@ -28,6 +28,7 @@ struct DiskOp {
   uint32_t pool = 0;
   uint32_t slot = 0;
   std::byte* memory = nullptr;  // source (to_disk) or destination
+  int64_t from_slot = -1;       // >= 0: a copy within the disk, from_slot -> slot (no memory)
 };
 
 class DiskStore {

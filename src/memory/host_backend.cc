@@ -170,6 +170,10 @@ class HostBackend final : public MemoryBackend {
             const SlotCopy& c = copies[i];
             if (c.cancelled) continue;
             const bool to_disk = c.dst_tier == TierKind::kDisk;
+            if (c.src_tier == c.dst_tier) {  // within the disk: no memory side
+              append_disk_ops(c, pools_per_group_.at(c.pool_group.value), no_memory, ops);
+              continue;
+            }
             append_disk_ops(
                 c, pools_per_group_.at(c.pool_group.value),
                 [&](uint32_t p) {

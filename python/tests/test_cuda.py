@@ -1,0 +1,58 @@
+"""The Python module on the CUDA backend (marker `gpu`): GPU-tier views are CUDA arrays that
+torch takes without a copy, and a request's state survives suspend, eviction to the pinned
+host tier and resume. Skipped without torch, a GPU or a CUDA build."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hybridkv as hk
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+NEMOTRON = str(ROOT / "models" / "nemotron_h_8b.json")
+
+
+def cuda_manager(gpu, host):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    tiers = [hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=gpu),
+             hk.TierConfig(kind=hk.TierKind.HOST, quota_bytes=host)]
+    s = hk.ServingConfig(tokens_per_block=16, tiers=tiers, max_batch=2)
+    try:
+        return hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8), s, hk.BackendKind.CUDA)
+    except ValueError as e:
+        pytest.skip(f"cuda backend unavailable: {e}")
+
+
+def test_gpu_views_are_cuda_arrays_and_states_survive_offload():
+    h = cuda_manager(gpu=128 << 20, host=2 << 30)
+    others = range(2, 22)
+    for rid in (1, *others):
+        h.add_request(rid, list(range(rid * 10, rid * 10 + 40)))
+    h.resume(1)
+    h.resize(1, 40, 0)
+    h.resize(1, 40, 40)
+    state, _, _ = h.decode_step(np.array([1], dtype=np.uint64))
+    view = h.buffer_view(hk.TierKind.GPU, 0, "ssm_state")
+    t = torch.from_dlpack(view)
+    assert t.is_cuda and t.shape[1] > 0
+    pattern = torch.arange(t.shape[1], device="cuda", dtype=t.dtype)
+    t[int(state[0])].copy_(pattern)
+    torch.cuda.synchronize()
+    h.suspend(1)
+    # Other requests take the GPU state slots until request 1's state moves to the host.
+    for rid in others:
+        h.resume(rid)
+        h.resize(rid, 40, 0)
+        h.suspend(rid)
+    h.resume(1)
+    state, _, _ = h.decode_step(np.array([1], dtype=np.uint64))
+    h.synchronize()
+    t = torch.from_dlpack(h.buffer_view(hk.TierKind.GPU, 0, "ssm_state"))
+    assert torch.equal(t[int(state[0])], pattern)
+    # The host tier is pinned host memory: a numpy view.
+    assert isinstance(h.pool_view(hk.TierKind.HOST, 0), np.ndarray)

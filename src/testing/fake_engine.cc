@@ -63,6 +63,14 @@ std::pair<uint64_t, uint64_t> FakeEngine::sample_ranges(uint64_t n, uint64_t sam
   return to > from ? std::make_pair(from, to) : std::make_pair(n, n);
 }
 
+// Every word of [lo, hi) of a region whose byte 0 is at out - lo.
+void FakeEngine::generate(std::byte* out, uint64_t lo, uint64_t hi, uint64_t seed, uint64_t mask) {
+  for (uint64_t i = lo; i < hi; i += 8) {
+    const uint64_t word = mix(seed + i) & mask;  // each word on its own, so checks can sample
+    std::memcpy(out + (i - lo), &word, std::min<uint64_t>(8, hi - i));
+  }
+}
+
 void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t mask) {
   const auto [skip_from, skip_to] = sample_ranges(n, sample_writes_);
   for (const auto& [lo, hi] : {std::pair<uint64_t, uint64_t>(0, std::min(skip_from, n)),
@@ -74,10 +82,7 @@ void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t m
       staging_.resize(hi - lo);
       out = staging_.data();
     }
-    for (uint64_t i = lo; i < hi; i += 8) {
-      const uint64_t word = mix(seed + i) & mask;  // each word on its own, so checks can sample
-      std::memcpy(out + (i - lo), &word, std::min<uint64_t>(8, hi - i));
-    }
+    generate(out, lo, hi, seed, mask);
     if (device_memory_) manager_.write_pool_bytes(at + lo, staging_.data(), hi - lo);
   }
   bytes_written_ += n;
@@ -85,12 +90,17 @@ void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t m
 
 Status FakeEngine::check_bytes(const std::byte* at, uint64_t n, uint64_t seed,
                                const std::string& what, uint64_t mask) {
+  return check_bytes(at, n, seed, what, mask, device_memory_);
+}
+
+Status FakeEngine::check_bytes(const std::byte* at, uint64_t n, uint64_t seed,
+                               const std::string& what, uint64_t mask, bool on_device) {
   const auto [skip_from, skip_to] = sample_ranges(n, sample_bytes_);
   for (const auto& [lo, hi] : {std::pair<uint64_t, uint64_t>(0, std::min(skip_from, n)),
                                std::pair<uint64_t, uint64_t>(std::min(skip_to, n), n)}) {
     if (lo >= hi) continue;
     const std::byte* in = at + lo;
-    if (device_memory_) {
+    if (on_device) {
       staging_.resize(hi - lo);
       manager_.read_pool_bytes(staging_.data(), at + lo, hi - lo);
       in = staging_.data();
@@ -163,8 +173,13 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
         }
         const uint64_t end = std::min<uint64_t>((block + 1) * tpb, computed);
         for (const Buffer& b : buffers_[g.id.value]) {
-          std::byte* at = page(b, slot);
+          const std::byte* at = page(b, slot);
           if (at == nullptr) continue;
+          if (device_memory_) {  // the page's written bytes in one copy
+            page_stage_.resize((end - block * tpb) * b.size / tpb);
+            manager_.read_pool_bytes(page_stage_.data(), at, page_stage_.size());
+            at = page_stage_.data();
+          }
           for (uint64_t p = block * tpb; p < end; ++p) {
             const uint64_t j = p - block * tpb;
             const uint64_t lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
@@ -172,7 +187,8 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
                 at + lo, hi - lo, combine(prefix(r, beam, p + 1), combine(b.layer, b.role_hash)),
                 "group " + std::to_string(g.id.value) + " " + b.name + " token " +
                     std::to_string(p) + " (block " + std::to_string(block) + ", slot " +
-                    std::to_string(slot) + ")");
+                    std::to_string(slot) + ")",
+                ~0ull, false);
             if (!s) return s;
           }
         }
@@ -247,29 +263,48 @@ Status FakeEngine::write(const KvCache& cache, FakeRequest& r, uint64_t from, ui
       const uint64_t history = cache.history();
       const uint64_t live_begin = g.first_live_block(history, tpb);
       const ScratchDesc scratch = *cache.scratch(g.id);
-      for (uint64_t p = from; p < upto; ++p) {
-        const uint64_t block = p / tpb, j = p % tpb;
+      for (uint64_t p = from; p < upto;) {
+        const uint64_t block = p / tpb, block_end = std::min<uint64_t>((block + 1) * tpb, upto);
         const int32_t slot = table[block];
         if (slot == kBadPageIndex) {
-          if (only != nullptr && block < live_begin && block >= g.sink_blocks) continue;
           // SWA scratch blocks are written and read within the step by the real kernels; the
           // fake engine checks only what outlives a step, so it skips them.
-          if (scratch.contains(block)) continue;
+          const bool stale = only != nullptr && block < live_begin && block >= g.sink_blocks;
+          if (stale || scratch.contains(block)) {
+            p = block_end;
+            continue;
+          }
           return Status::invalid("fake engine: writing token " + std::to_string(p) + " of group " +
                                  std::to_string(g.id.value) + ": block " + std::to_string(block) +
                                  " has no page");
         }
         for (const Buffer& b : buffers_[g.id.value]) {
-          if (std::byte* at = page(b, slot)) {
-            const uint64_t lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
-            fill_bytes(at + lo, hi - lo,
-                       combine(prefix(r, beam, p + 1), combine(b.layer, b.role_hash)));
-          }
+          if (std::byte* at = page(b, slot)) write_tokens(r, beam, b, at, p, block_end);
         }
+        p = block_end;
       }
     }
   }
   return Status::ok();
+}
+
+// Tokens [p, end) of one block of one buffer (`at`: the page); one copy for device memory.
+void FakeEngine::write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, std::byte* at,
+                              uint64_t p, uint64_t end) {
+  const uint32_t tpb = manager_.plan().config().tokens_per_block;
+  const uint64_t first = p % tpb * b.size / tpb, last = ((end - 1) % tpb + 1) * b.size / tpb;
+  if (device_memory_) page_stage_.resize(last - first);
+  for (uint64_t q = p; q < end; ++q) {
+    const uint64_t j = q % tpb, lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
+    const uint64_t seed = combine(prefix(r, beam, q + 1), combine(b.layer, b.role_hash));
+    if (device_memory_) {
+      generate(page_stage_.data() + (lo - first), lo, hi, seed, ~0ull);
+      bytes_written_ += hi - lo;
+    } else {
+      fill_bytes(at + lo, hi - lo, seed);
+    }
+  }
+  if (device_memory_) manager_.write_pool_bytes(at + first, page_stage_.data(), last - first);
 }
 
 }  // namespace hybridkv::testing

@@ -83,8 +83,14 @@ class FakeEngine {
   KvCacheManager& manager_;
   std::vector<std::vector<Buffer>> buffers_;  // by cache group
   static std::pair<uint64_t, uint64_t> sample_ranges(uint64_t n, uint64_t sample);
-  bool device_memory_ = false;      // GPU-tier pools are not CPU-addressable
-  std::vector<std::byte> staging_;  // their bytes, on the way in or out
+  static void generate(std::byte* out, uint64_t lo, uint64_t hi, uint64_t seed, uint64_t mask);
+  Status check_bytes(const std::byte* at, uint64_t n, uint64_t seed, const std::string& what,
+                     uint64_t mask, bool on_device);
+  void write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, std::byte* at, uint64_t p,
+                    uint64_t end);
+  std::vector<std::byte> page_stage_;  // one page of device memory, read or written at once
+  bool device_memory_ = false;         // GPU-tier pools are not CPU-addressable
+  std::vector<std::byte> staging_;     // their bytes, on the way in or out
   uint64_t sample_bytes_ = 0;
   uint64_t sample_writes_ = 0;
   uint64_t pages_checked_ = 0;

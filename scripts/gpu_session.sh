@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The GPU runs of the CUDA backend, on the GPU machine (device tool), from binaries built on the
+# development machine and carried in gpu_bin/ (scripts/gpu_pack.sh). Logs go to $OUT (at most 8
+# files come back).
+#   bash scripts/gpu_session.sh tests|bench
+set -u
+OUT=${OUT:-/tmp/hkv-out}
+mkdir -p "$OUT" /work
+[ -e /work/main ] || ln -s "$PWD" /work/main  # the binaries name /work/main/{models,data}
+B=$PWD/gpu_bin
+export HYBRIDKV_TEST_BACKEND=cuda
+
+suite() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/summary.txt"
+  ls "$B" >> "$OUT/summary.txt"
+  for t in cuda_backend_test kv_cache_test commit_test engine_calls_test eviction_order_test \
+           snapshot_precision_test disk_tier_test hybrid_test reuse_test randomized_reuse_test \
+           randomized_test; do
+    echo "$t"
+  done | xargs -P 4 -I{} bash -c "cd /work/main && TMPDIR=/var/tmp timeout 400 $B/{} > $OUT/{}.part 2>&1; echo \"{} rc=\$?\" >> $OUT/summary.txt"
+  for f in "$OUT"/*.part; do echo "=== $f"; tail -c 20000 "$f"; done > "$OUT/tests.log"
+  grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? from .* ran|^seed" "$OUT"/*.part >> "$OUT/summary.txt"
+  rm -f "$OUT"/*.part
+  for tool in memcheck racecheck; do
+    echo "=== compute-sanitizer --tool $tool cuda_backend_test + kv_cache_test subset"
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$B/cuda_backend_test" 2>&1 | tail -15
+    echo "rc=$?"
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$B/kv_cache_test" \
+      --gtest_filter='*Suspend*:*Resume*:*Copy*' 2>&1 | tail -15
+    echo "rc=$?"
+  done > "$OUT/sanitizer.log" 2>&1
+}
+
+bench() {
+  {
+    nvcc -O2 -std=c++20 -arch=sm_90 -o /tmp/probe "$B/gpu_copy_limits.cu" && /tmp/probe
+    echo; "$B/cuda_copy_bench"
+  } > "$OUT/copy_bench.md" 2>&1
+  mkdir -p /var/tmp/hkv-disk
+  {
+    df -h /var/tmp; echo
+    "$B/disk_tier_bench" /var/tmp/hkv-disk cuda; echo "rc=$?"
+    dd if=/dev/zero of=/var/tmp/hkv-disk/dd bs=4M count=160 oflag=direct conv=fsync 2>&1 | tail -1
+    dd if=/var/tmp/hkv-disk/dd of=/dev/null bs=4M iflag=direct 2>&1 | tail -1
+    rm -f /var/tmp/hkv-disk/dd
+  } > "$OUT/disk_bench.md" 2>&1
+  cd /work/main
+  "$B/hybridkv" sim --model models/nemotron_h_8b.json \
+    --trace data/mooncake_conversation_first1000.jsonl --backend cuda --verify --tp 8 \
+    --gpu-quota 512MiB --host-quota 1GiB --max-batch 16 --quiet --json "$OUT/sim_verify.json" \
+    > "$OUT/example.txt" 2>&1
+  echo "sim rc=$?" >> "$OUT/example.txt"
+  "$B/gpu_requests" models/nemotron_h_8b.json /var/tmp/hkv-disk >> "$OUT/example.txt" 2>&1
+  echo "example rc=$?" >> "$OUT/example.txt"
+}
+
+"$1"

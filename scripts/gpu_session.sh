@@ -2,7 +2,7 @@
 # The GPU runs of the CUDA backend, on the GPU machine (device tool), from binaries built on the
 # development machine and carried in gpu_bin/ (scripts/gpu_pack.sh). Logs go to $OUT (at most 8
 # files come back).
-#   bash scripts/gpu_session.sh tests|bench
+#   bash scripts/gpu_session.sh suite|bench|all
 set -u
 OUT=${OUT:-/tmp/hkv-out}
 mkdir -p "$OUT" /work
@@ -45,13 +45,18 @@ bench() {
     rm -f /var/tmp/hkv-disk/dd
   } > "$OUT/disk_bench.md" 2>&1
   cd /work/main
-  "$B/hybridkv" sim --model models/nemotron_h_8b.json \
+  "$B/gpu_requests" models/nemotron_h_8b.json /var/tmp/hkv-disk > "$OUT/example.txt" 2>&1
+  echo "example rc=$?" >> "$OUT/example.txt"
+  timeout 280 "$B/hybridkv" sim --model models/nemotron_h_8b.json \
     --trace data/mooncake_conversation_first1000.jsonl --backend cuda --verify --tp 8 \
     --gpu-quota 512MiB --host-quota 1GiB --max-batch 16 --quiet --json "$OUT/sim_verify.json" \
-    > "$OUT/example.txt" 2>&1
+    >> "$OUT/example.txt" 2>&1
   echo "sim rc=$?" >> "$OUT/example.txt"
-  "$B/gpu_requests" models/nemotron_h_8b.json /var/tmp/hkv-disk >> "$OUT/example.txt" 2>&1
-  echo "example rc=$?" >> "$OUT/example.txt"
+}
+
+all() {
+  suite
+  bench
 }
 
 "$1"

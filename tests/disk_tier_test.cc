@@ -52,6 +52,7 @@ TEST(DiskTier, SuspendedRequestsCascadeToDiskAndComeBackIntact) {
   auto m = testing::make_manager(disk_model(dir.path));
   ASSERT_NE(m, nullptr);
   testing::FakeEngine engine(*m);
+  engine.set_staged_access(true);  // the path the CUDA backend takes, on every backend
   std::mt19937_64 rng(7);
   std::vector<Request> requests = fill_down_to_disk(*m, engine, rng);
   ASSERT_GT(used_slots(*m, TierKind::kDisk), 0u) << "nothing reached the DISK tier";

@@ -298,7 +298,7 @@ void FakeEngine::write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, st
     const uint64_t j = q % tpb, lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
     const uint64_t seed = combine(prefix(r, beam, q + 1), combine(b.layer, b.role_hash));
     if (device_memory_) {
-      generate(page_stage_.data() + (lo - first), lo, hi, seed, ~0ull);
+      generate(page_stage_.data() + (lo - first), 0, hi - lo, seed, ~0ull);
       bytes_written_ += hi - lo;
     } else {
       fill_bytes(at + lo, hi - lo, seed);

@@ -12,6 +12,7 @@
 #include <deque>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "hybridkv/units.h"
 #include "memory/backends.h"
@@ -76,6 +77,10 @@ class CudaBackend final : public MemoryBackend {
     std::unique_ptr<Reservation> memory;
     uint64_t slot_bytes = 0;
   };
+  using SlotSet = std::unordered_set<uint64_t>;
+  static uint64_t slot_key(TierKind tier, PoolGroupId pg, uint32_t slot) {
+    return (static_cast<uint64_t>(tier) << 56) | (static_cast<uint64_t>(pg.value) << 32) | slot;
+  }
   static uint64_t key(TierKind tier, PoolGroupId pg, uint32_t pool) {
     return (static_cast<uint64_t>(tier) << 48) | (static_cast<uint64_t>(pg.value) << 16) | pool;
   }
@@ -344,10 +349,28 @@ CopyEvent CudaBackend::submit(std::vector<SlotCopy> batch) {
   for_each_run(
       batch,
       [&](size_t first, size_t last) {
-        for (size_t i = first; i < last; ++i) add_pieces(batch[i]);
-        launch_pieces(stream_, [&](const CopyPiece* p, uint32_t n) {
-          return cuda::launch_copy_pieces(p, n, stream_);
-        });
+        // One kernel runs its copies at once; a copy that touches a slot an earlier copy of
+        // the batch writes (or writes one it reads) waits for the next launch, so the batch
+        // keeps submission order.
+        SlotSet read, written;
+        auto launch = [&] {
+          launch_pieces(stream_, [&](const CopyPiece* p, uint32_t n) {
+            return cuda::launch_copy_pieces(p, n, stream_);
+          });
+          read.clear();
+          written.clear();
+        };
+        for (size_t i = first; i < last; ++i) {
+          const SlotCopy& c = batch[i];
+          const uint64_t src = slot_key(c.src_tier, c.pool_group, c.src_slot);
+          const uint64_t dst =
+              slot_key(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
+          if (written.count(src) || written.count(dst) || read.count(dst)) launch();
+          read.insert(src);
+          written.insert(dst);
+          add_pieces(c);
+        }
+        launch();
       },
       [&](size_t first, size_t last) {
         run_disk(std::span<const SlotCopy>(batch).subspan(first, last - first));

@@ -18,7 +18,7 @@ namespace {
 
 constexpr uint64_t kAlign = 4096;
 constexpr uint64_t kStagingBytes = 4ull << 20;  // per I/O thread
-constexpr uint32_t kThreads = 4;
+constexpr uint32_t kThreads = 8;
 
 uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 

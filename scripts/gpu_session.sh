@@ -54,6 +54,25 @@ bench() {
   echo "sim rc=$?" >> "$OUT/example.txt"
 }
 
+# After a change to the copy engine: its benchmark, then the suites that exercise it most and a
+# verified sim of the slice's first requests, side by side.
+final() {
+  "$B/cuda_copy_bench" > "$OUT/copy_bench.md" 2>&1
+  (cd /work/main && timeout 300 "$B/hybridkv" sim --model models/nemotron_h_8b.json \
+    --trace data/mooncake_conversation_first1000.jsonl --limit "${SIM_LIMIT:-150}" \
+    --backend cuda --verify --tp 8 --gpu-quota 512MiB --host-quota 1GiB --max-batch 16 --quiet \
+    --json "$OUT/sim_verify.json" > "$OUT/example.txt" 2>&1; echo "sim rc=$?" >> "$OUT/example.txt") &
+  for t in cuda_backend_test kv_cache_test disk_tier_test reuse_test; do
+    timeout 200 "$B/$t" > "$OUT/$t.part" 2>&1; echo "$t rc=$?" >> "$OUT/summary.txt"
+  done
+  timeout 250 "$B/randomized_reuse_test" --gtest_filter='*SharedPrefixes*:*Rebalancing*' \
+    > "$OUT/rr.part" 2>&1
+  echo "randomized_reuse_test (2 of 4) rc=$?" >> "$OUT/summary.txt"
+  wait
+  for f in "$OUT"/*.part; do echo "=== $f"; tail -c 6000 "$f"; done > "$OUT/tests.log"
+  rm -f "$OUT"/*.part
+}
+
 all() {
   suite
   bench

@@ -12,7 +12,6 @@
 #include <deque>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "hybridkv/units.h"
 #include "memory/backends.h"
@@ -77,9 +76,13 @@ class CudaBackend final : public MemoryBackend {
     std::unique_ptr<Reservation> memory;
     uint64_t slot_bytes = 0;
   };
-  using SlotSet = std::unordered_set<uint64_t>;
-  static uint64_t slot_key(TierKind tier, PoolGroupId pg, uint32_t slot) {
-    return (static_cast<uint64_t>(tier) << 56) | (static_cast<uint64_t>(pg.value) << 32) | slot;
+  // The last wave (one kernel launch) that read or wrote a slot.
+  struct SlotMark {
+    uint64_t read = 0;
+    uint64_t written = 0;
+  };
+  SlotMark& mark(TierKind tier, PoolGroupId pg, uint32_t slot) {
+    return marks_[static_cast<size_t>(tier)][pg.value][slot];  // sized in allocate()
   }
   static uint64_t key(TierKind tier, PoolGroupId pg, uint32_t pool) {
     return (static_cast<uint64_t>(tier) << 48) | (static_cast<uint64_t>(pg.value) << 16) | pool;
@@ -120,6 +123,8 @@ class CudaBackend final : public MemoryBackend {
   std::array<PieceRing, 4> rings_;
   uint32_t next_ring_ = 0;
   std::vector<CopyPiece> pieces_;
+  std::array<std::vector<std::vector<SlotMark>>, 3> marks_;  // [tier][pool group][slot]
+  uint64_t wave_ = 0;
   std::deque<std::pair<uint64_t, cudaEvent_t>> in_flight_;  // by ticket, oldest first
   std::vector<cudaEvent_t> spare_events_;
   uint64_t submitted_ = 0;
@@ -193,6 +198,12 @@ Status CudaBackend::allocate_tier(const StoragePlan& plan, const TierPlan& tier)
 
 Status CudaBackend::allocate(const StoragePlan& plan) {
   if (Status s = check_device(plan); !s) return s;
+  for (const TierPlan& tier : plan.tiers()) {
+    auto& marks = marks_[static_cast<size_t>(tier.kind)];
+    marks.resize(plan.pool_groups().size());
+    for (const PoolGroup& pg : plan.pool_groups())
+      marks[pg.id.value].resize(tier.reserved_slots[pg.id.value]);
+  }
   for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
     const TierPlan& tier = plan.tiers()[t];
     if (tier.kind != TierKind::kDisk) {
@@ -352,22 +363,20 @@ CopyEvent CudaBackend::submit(std::vector<SlotCopy> batch) {
         // One kernel runs its copies at once; a copy that touches a slot an earlier copy of
         // the batch writes (or writes one it reads) waits for the next launch, so the batch
         // keeps submission order.
-        SlotSet read, written;
         auto launch = [&] {
           launch_pieces(stream_, [&](const CopyPiece* p, uint32_t n) {
             return cuda::launch_copy_pieces(p, n, stream_);
           });
-          read.clear();
-          written.clear();
+          ++wave_;  // every mark of the last wave is stale now
         };
+        ++wave_;
         for (size_t i = first; i < last; ++i) {
           const SlotCopy& c = batch[i];
-          const uint64_t src = slot_key(c.src_tier, c.pool_group, c.src_slot);
-          const uint64_t dst =
-              slot_key(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
-          if (written.count(src) || written.count(dst) || read.count(dst)) launch();
-          read.insert(src);
-          written.insert(dst);
+          SlotMark& src = mark(c.src_tier, c.pool_group, c.src_slot);
+          SlotMark& dst = mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
+          if (src.written == wave_ || dst.written == wave_ || dst.read == wave_) launch();
+          src.read = wave_;
+          dst.written = wave_;
           add_pieces(c);
         }
         launch();

@@ -94,7 +94,8 @@ class CudaBackend final : public MemoryBackend {
     return m.memory->base() + uint64_t{slot} * m.slot_bytes;
   }
   void add_pieces(const SlotCopy& c);
-  void split(const std::byte* src, std::byte* dst, uint64_t bytes, cuda::PieceKind kind);
+  void split(const std::byte* src, std::byte* dst, uint64_t bytes, cuda::PieceKind kind,
+             uint64_t piece);
   // Launches pieces_ (then clears it) on `stream`; `launch` gets their device copy.
   template <typename Launch>
   void launch_pieces(cudaStream_t stream, Launch&& launch);
@@ -241,12 +242,12 @@ Status CudaBackend::allocate(const StoragePlan& plan) {
   return Status::ok();
 }
 
-void CudaBackend::split(const std::byte* src, std::byte* dst, uint64_t bytes,
-                        cuda::PieceKind kind) {
+void CudaBackend::split(const std::byte* src, std::byte* dst, uint64_t bytes, cuda::PieceKind kind,
+                        uint64_t piece) {
   const uint64_t scale_num = kind == cuda::kPieceBF16ToF32 ? 2 : 1;
   const uint64_t scale_den = kind == cuda::kPieceF32ToBF16 ? 2 : 1;
-  for (uint64_t at = 0; at < bytes; at += cuda::kPieceBytes) {
-    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(cuda::kPieceBytes, bytes - at));
+  for (uint64_t at = 0; at < bytes; at += piece) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(piece, bytes - at));
     pieces_.push_back({src + at, dst + at * scale_num / scale_den, n, kind});
   }
 }
@@ -255,10 +256,14 @@ void CudaBackend::add_pieces(const SlotCopy& c) {
   if (c.cancelled) return;
   if (!c.dst_pool_group) {
     const uint32_t pools = pools_per_group_.at(c.pool_group.value);
+    // Within the device, bigger pieces: fewer to build and send for the same bytes.
+    const uint64_t piece = c.src_tier == TierKind::kGpu && c.dst_tier == TierKind::kGpu
+                               ? cuda::kDevicePieceBytes
+                               : cuda::kPieceBytes;
     for (uint32_t p = 0; p < pools; ++p) {
       split(slot_at(c.src_tier, c.pool_group, p, c.src_slot),
             slot_at(c.dst_tier, c.pool_group, p, c.dst_slot),
-            pools_.at(key(c.src_tier, c.pool_group, p)).slot_bytes, cuda::kPieceCopy);
+            pools_.at(key(c.src_tier, c.pool_group, p)).slot_bytes, cuda::kPieceCopy, piece);
     }
     return;
   }
@@ -269,7 +274,7 @@ void CudaBackend::add_pieces(const SlotCopy& c) {
                                                                             : cuda::kPieceCopy;
     split(slot_at(c.src_tier, c.pool_group, seg.src_pool, c.src_slot) + seg.src_offset,
           slot_at(c.dst_tier, *c.dst_pool_group, seg.dst_pool, c.dst_slot) + seg.dst_offset,
-          seg.src_bytes, kind);
+          seg.src_bytes, kind, cuda::kPieceBytes);
   }
 }
 
@@ -473,7 +478,7 @@ void CudaBackend::write_bytes(std::byte* dst, const void* src, size_t n) const {
 void CudaBackend::fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream) {
   std::lock_guard<std::mutex> lock(mu_);
   for (std::span<std::byte> span : spans) {
-    split(span.data(), span.data(), span.size(), cuda::kPieceCopy);
+    split(span.data(), span.data(), span.size(), cuda::kPieceCopy, cuda::kPieceBytes);
   }
   // On the engine's stream: the fill is ordered with the engine's own kernels.
   const cudaStream_t engine = reinterpret_cast<cudaStream_t>(stream.handle);

@@ -19,7 +19,8 @@ struct CopyPiece {
   uint32_t bytes;  // source bytes
   uint32_t kind;   // PieceKind
 };
-inline constexpr uint32_t kPieceBytes = 64 * 1024;
+inline constexpr uint32_t kPieceBytes = 64 * 1024;         // over the bus (measured: 51 GB/s)
+inline constexpr uint32_t kDevicePieceBytes = 256 * 1024;  // device to device
 
 // Runs `count` pieces (in device-readable memory): one thread block per piece.
 cudaError_t launch_copy_pieces(const CopyPiece* pieces, uint32_t count, cudaStream_t stream);

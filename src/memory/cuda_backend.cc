@@ -82,7 +82,12 @@ class CudaBackend final : public MemoryBackend {
     uint64_t written = 0;
   };
   SlotMark& mark(TierKind tier, PoolGroupId pg, uint32_t slot) {
-    return marks_[static_cast<size_t>(tier)][pg.value][slot];  // sized in allocate()
+    return marks_[static_cast<size_t>(tier)][pg.value][slot];  // after ensure_mark
+  }
+  // Grows the marks of (tier, pg) to cover `slot` (references from mark() then go stale).
+  void ensure_mark(TierKind tier, PoolGroupId pg, uint32_t slot) {
+    std::vector<SlotMark>& marks = marks_[static_cast<size_t>(tier)][pg.value];
+    if (slot >= marks.size()) marks.resize(std::max<size_t>(slot + 1, 2 * marks.size()));
   }
   static uint64_t key(TierKind tier, PoolGroupId pg, uint32_t pool) {
     return (static_cast<uint64_t>(tier) << 48) | (static_cast<uint64_t>(pg.value) << 16) | pool;
@@ -124,7 +129,8 @@ class CudaBackend final : public MemoryBackend {
   std::array<PieceRing, 4> rings_;
   uint32_t next_ring_ = 0;
   std::vector<CopyPiece> pieces_;
-  std::array<std::vector<std::vector<SlotMark>>, 3> marks_;  // [tier][pool group][slot]
+  std::array<std::vector<std::vector<SlotMark>>, 3> marks_;  // [tier][pool group][slot],
+                                                             // grown as slots are copied
   uint64_t wave_ = 0;
   std::deque<std::pair<uint64_t, cudaEvent_t>> in_flight_;  // by ticket, oldest first
   std::vector<cudaEvent_t> spare_events_;
@@ -179,6 +185,9 @@ Status CudaBackend::check_device(const StoragePlan& plan) {
 
 Status CudaBackend::allocate_tier(const StoragePlan& plan, const TierPlan& tier) {
   const uint64_t chunk = tier_grain(TierKind::kGpu, tier.quota);
+  // Wave marks of the memory tiers (DISK copies run on their own, in order).
+  auto& marks = marks_[static_cast<size_t>(tier.kind)];
+  marks.resize(plan.pool_groups().size());
   for (const PoolGroup& pg : plan.pool_groups()) {
     pools_per_group_[pg.id.value] = static_cast<uint32_t>(pg.pools.size());
     for (uint32_t p = 0; p < pg.pools.size(); ++p) {
@@ -199,12 +208,6 @@ Status CudaBackend::allocate_tier(const StoragePlan& plan, const TierPlan& tier)
 
 Status CudaBackend::allocate(const StoragePlan& plan) {
   if (Status s = check_device(plan); !s) return s;
-  for (const TierPlan& tier : plan.tiers()) {
-    auto& marks = marks_[static_cast<size_t>(tier.kind)];
-    marks.resize(plan.pool_groups().size());
-    for (const PoolGroup& pg : plan.pool_groups())
-      marks[pg.id.value].resize(tier.reserved_slots[pg.id.value]);
-  }
   for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
     const TierPlan& tier = plan.tiers()[t];
     if (tier.kind != TierKind::kDisk) {
@@ -377,6 +380,8 @@ CopyEvent CudaBackend::submit(std::vector<SlotCopy> batch) {
         ++wave_;
         for (size_t i = first; i < last; ++i) {
           const SlotCopy& c = batch[i];
+          ensure_mark(c.src_tier, c.pool_group, c.src_slot);
+          ensure_mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
           SlotMark& src = mark(c.src_tier, c.pool_group, c.src_slot);
           SlotMark& dst = mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
           if (src.written == wave_ || dst.written == wave_ || dst.read == wave_) launch();

@@ -282,6 +282,48 @@ TEST_P(HybridFamily, SuspendedStateFollowsRequestIntoNewSlotBitForBit) {
   EXPECT_EQ(testing::check_invariants(hybrid_->manager()), "");
 }
 
+// reset_replay zeroes exactly the replay buffers of the step's reset slots (a batched kernel on
+// the CUDA backend); the state buffers sharing the slot keep their bytes.
+TEST_P(HybridFamily, ResetReplayZeroesOnlyTheReplayBuffers) {
+  ASSERT_NO_FATAL_FAILURE(run_request(1, 100));
+  ASSERT_OK(hybrid_->resume(1));
+  if (!hybrid_->replay_group()) GTEST_SKIP() << "no replay state in this family";
+  const std::vector<uint64_t> ids = {1};
+  Result<HybridCacheManager::Step> step = hybrid_->prepare_step(ids, 0);
+  ASSERT_TRUE(step.is_ok());
+  ASSERT_EQ(step->replay_resets.size(), 1u);
+  const int32_t slot = step->replay_resets[0];
+  KvCacheManager& m = hybrid_->manager();
+  m.wait(hybrid_->cache(1)->ready_event());
+  auto read = [&](const PlannedBuffer& b) {
+    std::vector<std::byte> bytes(b.size);
+    m.read_pool_bytes(
+        bytes.data(),
+        m.slot_address(TierKind::kGpu, b.pool_group, b.pool, static_cast<uint32_t>(slot)) +
+            b.offset,
+        b.size);
+    return bytes;
+  };
+  std::vector<std::pair<const PlannedBuffer*, std::vector<std::byte>>> kept;
+  for (uint32_t bi : hybrid_->plan().cache_group(*hybrid_->replay_group()).buffers) {
+    const PlannedBuffer& b = hybrid_->plan().buffers()[bi];
+    if (b.role.rfind("replay_", 0) != 0) kept.emplace_back(&b, read(b));
+  }
+  hybrid_->reset_replay(*step);
+  m.synchronize();
+  int replay_buffers = 0;
+  for (uint32_t bi : hybrid_->plan().cache_group(*hybrid_->replay_group()).buffers) {
+    const PlannedBuffer& b = hybrid_->plan().buffers()[bi];
+    if (b.role.rfind("replay_", 0) != 0) continue;
+    ++replay_buffers;
+    const std::vector<std::byte> bytes = read(b);
+    EXPECT_EQ(std::count(bytes.begin(), bytes.end(), std::byte{0}), static_cast<long>(b.size))
+        << "layer " << b.layer << " " << b.role;
+  }
+  EXPECT_GT(replay_buffers, 0);
+  for (const auto& [b, before] : kept) EXPECT_EQ(read(*b), before) << b->role;
+}
+
 TEST_P(HybridFamily, RePrefillStartsFromResetReplayState) {
   ASSERT_NO_FATAL_FAILURE(run_request(1, 100));
   ASSERT_OK(hybrid_->resume(1));

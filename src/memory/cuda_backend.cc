@@ -45,6 +45,9 @@ struct PieceRing {
   bool used = false;
 };
 
+// Pieces per launch at most: a long batch is cut so that the device works while the host builds.
+constexpr size_t kLaunchPieces = 4096;
+
 class CudaBackend final : public MemoryBackend {
  public:
   explicit CudaBackend(int device) : device_(device) {}
@@ -388,6 +391,8 @@ CopyEvent CudaBackend::submit(std::vector<SlotCopy> batch) {
           src.read = wave_;
           dst.written = wave_;
           add_pieces(c);
+          // A long batch starts on the device while the rest of its pieces are built.
+          if (pieces_.size() >= kLaunchPieces) launch();
         }
         launch();
       },

@@ -81,6 +81,7 @@ struct ServingConfig {
   bool selective_offload = true;        // ManagerConfig::selective_offload
   bool snapshot_aware_eviction = true;  // ManagerConfig::snapshot_aware_eviction
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype (reduced precision)
+  bool record_events = false;           // ManagerConfig::record_events (tree events)
   SnapshotPolicy snapshots;
 };
 

@@ -172,11 +172,6 @@ class HybridCacheManager:
         One decode step for a batch: every request grows by one token; returns numpy views (state indices, replay indices, block tables of `group` [requests, blocks]) over buffers the manager owns and rewrites at the next call.
         """
 
-    def synchronize(self) -> None:
-        """
-        Blocks until every copy submitted so far has completed (pool views read after it see them).
-        """
-
     def pool_view(self, tier: TierKind, pool_group: int, pool: int = 0) -> object:
         """
         A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.
@@ -209,6 +204,52 @@ class HybridCacheManager:
         Takes one rebalancing step (ServingConfig.pool_rebalance); returns whether slots moved.
         """
 
+    def reset_replay(self, stream: int = 0) -> None:
+        """
+        Zeroes the replay buffers of the last decode_step's replay_resets (one batched kernel on the CUDA stream with the cuda backend).
+        """
+
+    def scan_non_finite(self, request_id: int | None = None) -> list:
+        """
+        NaN/Inf by declared dtype in one request's pages, or every living cache's: dicts of layer, role, slot, element and request_id.
+        """
+
+    def take_events(self) -> list:
+        """
+        The tree's changes since the last call (ManagerConfig.record_events): dicts with kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier and priority.
+        """
+
+    def storage_stats(self) -> list:
+        """
+        Slots per tier and pool group: dicts of tier, pool_group, total_slots, free_slots and evictable_slots.
+        """
+
+    def quota(self, tier: TierKind) -> int:
+        """The tier's quota in bytes."""
+
+    def set_quota(self, tier: TierKind, quota_bytes: int) -> None:
+        """
+        Grows or shrinks a tier while caches live (OutOfPagesError / RefusedError: nothing changed).
+        """
+
+    def copy_error(self) -> str | None:
+        """
+        None, or the first copy that failed (a DISK tier write or read) and which slot.
+        """
+
+    def wait(self, event: int) -> None:
+        """Blocks until every copy up to the event (a ticket) completed."""
+
+    def stream_wait(self, stream: int, event: int) -> None:
+        """
+        Makes a CUDA stream (its handle, e.g. torch.cuda.current_stream().cuda_stream) wait for the copies up to the event without blocking the host (CUDA backend; others block).
+        """
+
+    def synchronize(self) -> None:
+        """
+        Blocks until every copy submitted so far has completed (pool views read after it see them).
+        """
+
 class HybridKvError(RuntimeError):
     pass
 
@@ -230,10 +271,22 @@ class KvCache:
     @property
     def reused_tokens(self) -> int: ...
 
-    def resume(self) -> None:
+    def resume(self, stream: int = 0) -> None:
         """
-        SUSPENDED -> ACTIVE (RefusedError at the gate, OutOfPagesError without room).
+        SUSPENDED -> ACTIVE (RefusedError at the gate, OutOfPagesError without room). With a CUDA stream handle the stream waits for the onboarding copies (cuda backend).
         """
+
+    @property
+    def ready_event(self) -> int:
+        """
+        The copy event (a ticket) the engine waits on before touching the pages.
+        """
+
+    def prefetch(self) -> None:
+        """Starts onboarding a SUSPENDED cache's pages so that resume only waits."""
+
+    def plan_snapshot_drop(self) -> PlannedDrop:
+        """A PlannedDrop of the snapshots this cache would leave in the tree."""
 
     def suspend(self) -> None: ...
 
@@ -261,8 +314,44 @@ class KvCache:
 class KvCacheManager:
     """The general manager (manager.h)."""
 
+    def take_events(self) -> list:
+        """
+        The tree's changes since the last call (ManagerConfig.record_events): dicts with kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier and priority.
+        """
+
+    def storage_stats(self) -> list:
+        """
+        Slots per tier and pool group: dicts of tier, pool_group, total_slots, free_slots and evictable_slots.
+        """
+
+    def quota(self, tier: TierKind) -> int:
+        """The tier's quota in bytes."""
+
+    def set_quota(self, tier: TierKind, quota_bytes: int) -> None:
+        """
+        Grows or shrinks a tier while caches live (OutOfPagesError / RefusedError: nothing changed).
+        """
+
+    def copy_error(self) -> str | None:
+        """
+        None, or the first copy that failed (a DISK tier write or read) and which slot.
+        """
+
+    def wait(self, event: int) -> None:
+        """Blocks until every copy up to the event (a ticket) completed."""
+
+    def stream_wait(self, stream: int, event: int) -> None:
+        """
+        Makes a CUDA stream (its handle, e.g. torch.cuda.current_stream().cuda_stream) wait for the copies up to the event without blocking the host (CUDA backend; others block).
+        """
+
+    def synchronize(self) -> None:
+        """
+        Blocks until every copy submitted so far has completed (pool views read after it see them).
+        """
+
     @staticmethod
-    def create(config: ManagerConfig, backend: BackendKind = BackendKind.HOST) -> KvCacheManager: ...
+    def create(config: ManagerConfig, backend: BackendKind = BackendKind.HOST, device: int = 0) -> KvCacheManager: ...
 
     def create_kv_cache(self, input_tokens: Sequence[int] = [], beam_width: int = 1) -> KvCache:
         """
@@ -278,6 +367,9 @@ class KvCacheManager:
 
     @property
     def num_cache_groups(self) -> int: ...
+
+    def take_iteration_stats(self) -> dict:
+        """Counters since the previous call (then zero)."""
 
 class ManagerConfig:
     """Layers, tiers and knobs (config.h)."""
@@ -360,6 +452,12 @@ class ManagerConfig:
     @pool_ratio.setter
     def pool_ratio(self, arg: Sequence[float], /) -> None: ...
 
+    @property
+    def record_events(self) -> bool: ...
+
+    @record_events.setter
+    def record_events(self, arg: bool, /) -> None: ...
+
 class ModelDescription:
     """A model's cache layers (read_model_config)."""
 
@@ -392,6 +490,15 @@ class ModelDescription:
 
 class OutOfPagesError(HybridKvError):
     pass
+
+class PlannedDrop:
+    """A planned snapshot drop (kv_cache.h)."""
+
+    @property
+    def id(self) -> int: ...
+
+    def release(self) -> None:
+        """Runs the plan (KeyError when it was released before)."""
 
 class RefusedError(HybridKvError):
     pass
@@ -524,6 +631,12 @@ class ServingConfig:
 
     @snapshot_dtype.setter
     def snapshot_dtype(self, arg: DType, /) -> None: ...
+
+    @property
+    def record_events(self) -> bool: ...
+
+    @record_events.setter
+    def record_events(self, arg: bool, /) -> None: ...
 
     @property
     def snapshots(self) -> SnapshotPolicy: ...

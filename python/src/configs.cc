@@ -104,6 +104,7 @@ void bind_configs(nb::module_& m) {
       .def_rw("selective_offload", &ServingConfig::selective_offload)
       .def_rw("snapshot_aware_eviction", &ServingConfig::snapshot_aware_eviction)
       .def_rw("snapshot_dtype", &ServingConfig::snapshot_dtype)
+      .def_rw("record_events", &ServingConfig::record_events)
       .def_rw("snapshots", &ServingConfig::snapshots);
 
   nb::class_<ModelDescription>(m, "ModelDescription", "A model's cache layers (read_model_config).")

@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "hybridkv/manager.h"
+#include "manager_calls.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -55,7 +56,8 @@ void bind_layer_configs(nb::module_& m) {
       .def_rw("enable_partial_reuse", &ManagerConfig::enable_partial_reuse)
       .def_rw("pool_rebalance", &ManagerConfig::pool_rebalance)
       .def_rw("snapshot_dtype", &ManagerConfig::snapshot_dtype)
-      .def_rw("pool_ratio", &ManagerConfig::pool_ratio);
+      .def_rw("pool_ratio", &ManagerConfig::pool_ratio)
+      .def_rw("record_events", &ManagerConfig::record_events);
 }
 
 std::vector<int32_t> table_copy(const KvCache& c, uint32_t group, uint32_t beam) {
@@ -88,8 +90,19 @@ void bind_cache(nb::module_& m) {
       .def_prop_ro("committed_tokens", &KvCache::committed_tokens)
       .def_prop_ro("reused_tokens", [](const KvCache& c) { return c.reuse_match().reused_tokens; })
       .def(
-          "resume", [](KvCache& c) { raise_if_error(c.resume({})); }, Release(),
-          "SUSPENDED -> ACTIVE (RefusedError at the gate, OutOfPagesError without room).")
+          "resume", [](KvCache& c, uintptr_t stream) { raise_if_error(c.resume(Stream{stream})); },
+          "stream"_a = 0, Release(),
+          "SUSPENDED -> ACTIVE (RefusedError at the gate, OutOfPagesError without room). With a "
+          "CUDA stream handle the stream waits for the onboarding copies (cuda backend).")
+      .def_prop_ro(
+          "ready_event", [](const KvCache& c) { return c.ready_event().ticket; },
+          "The copy event (a ticket) the engine waits on before touching the pages.")
+      .def(
+          "prefetch", [](KvCache& c) { raise_if_error(c.prefetch()); }, Release(),
+          "Starts onboarding a SUSPENDED cache's pages so that resume only waits.")
+      .def(
+          "plan_snapshot_drop", [](KvCache& c) { return value_or_raise(c.plan_snapshot_drop()); },
+          Release(), "A PlannedDrop of the snapshots this cache would leave in the tree.")
       .def(
           "suspend", [](KvCache& c) { raise_if_error(c.suspend()); }, Release())
       .def(
@@ -128,13 +141,19 @@ void bind_cache(nb::module_& m) {
 }
 
 void bind_kv_cache_manager(nb::module_& m) {
-  nb::class_<KvCacheManager>(m, "KvCacheManager", "The general manager (manager.h).")
-      .def_static(
-          "create",
-          [](const ManagerConfig& config, BackendKind backend) {
-            return value_or_raise(KvCacheManager::create(config, BackendOptions{backend}));
-          },
-          "config"_a, "backend"_a = BackendKind::kHost)
+  nb::class_<PlannedDrop>(m, "PlannedDrop", "A planned snapshot drop (kv_cache.h).")
+      .def_prop_ro("id", &PlannedDrop::id)
+      .def(
+          "release", [](const PlannedDrop& d) { raise_if_error(d.release()); }, Release(),
+          "Runs the plan (KeyError when it was released before).");
+  nb::class_<KvCacheManager> cls(m, "KvCacheManager", "The general manager (manager.h).");
+  bind_manager_calls(cls, [](KvCacheManager& mgr) -> KvCacheManager& { return mgr; });
+  cls.def_static(
+         "create",
+         [](const ManagerConfig& config, BackendKind backend, int device) {
+           return value_or_raise(KvCacheManager::create(config, BackendOptions{backend, device}));
+         },
+         "config"_a, "backend"_a = BackendKind::kHost, "device"_a = 0)
       .def(
           "create_kv_cache",
           [](KvCacheManager& mgr, std::vector<int32_t> input_tokens, uint32_t beam_width) {
@@ -157,7 +176,21 @@ void bind_kv_cache_manager(nb::module_& m) {
       .def(
           "adjust", [](KvCacheManager& mgr) { return value_or_raise(mgr.adjust()); }, Release())
       .def_prop_ro("num_cache_groups",
-                   [](const KvCacheManager& mgr) { return mgr.plan().cache_groups().size(); });
+                   [](const KvCacheManager& mgr) { return mgr.plan().cache_groups().size(); })
+      .def(
+          "take_iteration_stats",
+          [](KvCacheManager& mgr) {
+            const IterationStats s = mgr.take_iteration_stats();
+            nb::dict d;
+            d["pages_allocated"] = s.pages_allocated;
+            d["bytes_offloaded"] = s.bytes_offloaded;
+            d["bytes_onboarded"] = s.bytes_onboarded;
+            d["pages_dropped"] = s.pages_dropped;
+            d["suspends"] = s.suspends;
+            d["resumes"] = s.resumes;
+            return d;
+          },
+          "Counters since the previous call (then zero).");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "bindings.h"
 #include "hybridkv/hybrid.h"
+#include "manager_calls.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -337,11 +338,6 @@ void bind_steps(nb::class_<Manager>& cls) {
           "One decode step for a batch: every request grows by one token; returns numpy views "
           "(state indices, replay indices, block tables of `group` [requests, blocks]) over "
           "buffers the manager owns and rewrites at the next call.")
-      .def(
-          "synchronize",
-          [](Manager& m) { m.locked([](HybridCacheManager& h) { h.manager().synchronize(); }); },
-          "Blocks until every copy submitted so far has completed (pool views read after it see "
-          "them).")
       .def("pool_view", &pool_view, "tier"_a, "pool_group"_a, "pool"_a = 0,
            "A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.")
       .def_prop_ro("state_group",
@@ -372,6 +368,40 @@ void bind_steps(nb::class_<Manager>& cls) {
           "moved.");
 }
 
+void bind_diagnostics(nb::class_<Manager>& cls) {
+  cls.def(
+         "reset_replay",
+         [](Manager& m, uintptr_t stream) {
+           HybridCacheManager::Step step;
+           step.replay_resets = m.replay_resets();
+           m.locked([&](HybridCacheManager& h) { h.reset_replay(step, Stream{stream}); });
+         },
+         "stream"_a = 0,
+         "Zeroes the replay buffers of the last decode_step's replay_resets (one batched kernel "
+         "on the CUDA stream with the cuda backend).")
+      .def(
+          "scan_non_finite",
+          [](Manager& m, std::optional<uint64_t> request_id) {
+            const std::vector<NonFiniteReport> reports =
+                m.locked([&](HybridCacheManager& h) { return h.scan_non_finite(request_id); });
+            nb::list out;
+            for (const NonFiniteReport& r : reports) {
+              nb::dict d;
+              d["layer"] = r.layer;
+              d["role"] = r.role;
+              d["slot"] = r.slot;
+              d["element"] = r.element;
+              d["request_id"] = r.request_id;
+              out.append(d);
+            }
+            return out;
+          },
+          "request_id"_a = nb::none(),
+          "NaN/Inf by declared dtype in one request's pages, or every living cache's: dicts of "
+          "layer, role, slot, element and request_id.");
+  bind_manager_calls(cls, [](Manager& m) -> KvCacheManager& { return m.h().manager(); });
+}
+
 }  // namespace
 
 void bind_manager(nb::module_& m) {
@@ -379,6 +409,7 @@ void bind_manager(nb::module_& m) {
                           "Requests of a hybrid model on one rank (hybridkv/hybrid.h).");
   bind_requests(cls);
   bind_steps(cls);
+  bind_diagnostics(cls);
 }
 
 }  // namespace hybridkv::python

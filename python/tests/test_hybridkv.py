@@ -307,3 +307,71 @@ def test_kv_cache_lifecycle_reuse_and_a_cache_outliving_its_manager():
     b.close()
     with pytest.raises(ValueError, match="tokens_per_block 0"):
         hk.KvCacheManager.create(hk.ManagerConfig(tokens_per_block=0))
+
+
+def test_events_stats_quotas_and_copy_events_from_python():
+    s = serving(host=1 << 30, record_events=True)
+    h = hk.HybridCacheManager(model(), s, hk.BackendKind.HOST)
+    h.add_request(1, list(range(64)))
+    h.resume(1)
+    prefill(h, 1, 64)
+    events = h.take_events()
+    assert events and events[0]["kind"] == "stored" and len(events[0]["key"]) == 64
+    assert h.take_events() == []  # taken
+    stats = h.storage_stats()
+    gpu = [d for d in stats if d["tier"] == hk.TierKind.GPU]
+    assert gpu and all(d["free_slots"] <= d["total_slots"] for d in gpu)
+    q = h.quota(hk.TierKind.HOST)
+    h.set_quota(hk.TierKind.HOST, q // 2)
+    assert h.quota(hk.TierKind.HOST) == q // 2
+    with pytest.raises(KeyError, match="no DISK tier is configured"):
+        h.quota(hk.TierKind.DISK)
+    assert h.copy_error() is None
+    h.synchronize()
+    h.wait(1 << 40)  # a future ticket: everything so far
+
+
+def test_kv_cache_prefetch_ready_event_and_planned_drops():
+    c = hk.ManagerConfig(
+        tokens_per_block=16,
+        attention_layers=[hk.AttentionLayerConfig(id=0, buffers=[hk.BufferConfig(role="key", bytes_per_page=4096)])],
+        ssm_layers=[hk.SsmLayerConfig(id=1, buffers=[hk.BufferConfig(role="ssm_state", bytes_per_page=8192)])],
+        tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=8 << 20),
+               hk.TierConfig(kind=hk.TierKind.HOST, quota_bytes=8 << 20)])
+    m = hk.KvCacheManager.create(c)
+    tokens = list(range(100))
+    a = m.create_kv_cache(tokens)
+    a.resume()
+    a.resize(64, 0)
+    a.resize(64, 64)
+    a.commit(tokens[:64])
+    drop = a.plan_snapshot_drop()
+    drop.release()
+    with pytest.raises(KeyError, match="already dropped"):
+        drop.release()
+    a.suspend()
+    a.prefetch()
+    a.resume()
+    m.wait(a.ready_event)
+    assert a.capacity == 64
+    assert m.take_iteration_stats()["resumes"] == 2
+    assert m.copy_error() is None
+
+
+def test_nan_scan_and_replay_reset_run_over_the_managers_memory():
+    h = hk.HybridCacheManager(model(), serving(num_spec_tokens=3), hk.BackendKind.HOST)
+    h.add_request(1, list(range(40)))
+    h.resume(1)
+    prefill(h, 1, 40)
+    state, replay, _ = h.decode_step(np.array([1], dtype=np.uint64))
+    assert h.replay_resets == [int(replay[0])]
+    layer = 0
+    x = h.buffer_view(hk.TierKind.GPU, layer, "replay_old_x")
+    x[int(replay[0])] = 7
+    h.reset_replay()
+    assert not x[int(replay[0])].any()  # zeroed through the manager, seen through the view
+    ssm = h.buffer_view(hk.TierKind.GPU, layer, "ssm_state")
+    ssm[int(state[0])] = 0
+    ssm[int(state[0]), 5] = np.nan
+    found = [r for r in h.scan_non_finite(1) if r["role"] == "ssm_state" and r["layer"] == layer]
+    assert found and found[0]["element"] == 5 and found[0]["request_id"] == 1

@@ -1,0 +1,86 @@
+// The calls both Python managers (KvCacheManager, HybridCacheManager) expose over their
+// KvCacheManager, bound once (manager_calls.cc holds the conversions).
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "hybridkv/manager.h"
+
+namespace hybridkv::python {
+
+nanobind::list events_to_python(const std::vector<CacheEvent>& events);
+nanobind::list storage_to_python(const StorageStats& stats);
+std::optional<std::string> copy_error(const KvCacheManager& manager);
+
+// `get(self)` returns the KvCacheManager& (itself thread-safe: no Python-side lock needed).
+template <typename Cls, typename Get>
+void bind_manager_calls(nanobind::class_<Cls>& cls, Get get) {
+  namespace nb = nanobind;
+  using namespace nb::literals;
+  using Release = nb::call_guard<nb::gil_scoped_release>;
+  cls.def(
+         "take_events",
+         [get](Cls& self) {
+           std::vector<CacheEvent> events;
+           {
+             nb::gil_scoped_release release;
+             events = get(self).take_events();
+           }
+           return events_to_python(events);
+         },
+         "The tree's changes since the last call (ManagerConfig.record_events): dicts with "
+         "kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier "
+         "and priority.")
+      .def(
+          "storage_stats",
+          [get](Cls& self) {
+            StorageStats stats;
+            {
+              nb::gil_scoped_release release;
+              stats = get(self).storage_stats();
+            }
+            return storage_to_python(stats);
+          },
+          "Slots per tier and pool group: dicts of tier, pool_group, total_slots, free_slots "
+          "and evictable_slots.")
+      .def(
+          "quota",
+          [get](Cls& self, TierKind tier) { return value_or_raise(get(self).quota(tier)); },
+          "tier"_a, Release(), "The tier's quota in bytes.")
+      .def(
+          "set_quota",
+          [get](Cls& self, TierKind tier, uint64_t bytes) {
+            raise_if_error(get(self).set_quota(tier, bytes));
+          },
+          "tier"_a, "quota_bytes"_a, Release(),
+          "Grows or shrinks a tier while caches live (OutOfPagesError / RefusedError: nothing "
+          "changed).")
+      .def(
+          "copy_error", [get](Cls& self) { return copy_error(get(self)); }, Release(),
+          "None, or the first copy that failed (a DISK tier write or read) and which slot.")
+      .def(
+          "wait", [get](Cls& self, uint64_t event) { get(self).wait(CopyEvent{event}); }, "event"_a,
+          Release(), "Blocks until every copy up to the event (a ticket) completed.")
+      .def(
+          "stream_wait",
+          [get](Cls& self, uintptr_t stream, uint64_t event) {
+            get(self).stream_wait(Stream{stream}, CopyEvent{event});
+          },
+          "stream"_a, "event"_a, Release(),
+          "Makes a CUDA stream (its handle, e.g. torch.cuda.current_stream().cuda_stream) wait "
+          "for the copies up to the event without blocking the host (CUDA backend; others "
+          "block).")
+      .def(
+          "synchronize", [get](Cls& self) { get(self).synchronize(); }, Release(),
+          "Blocks until every copy submitted so far has completed (pool views read after it "
+          "see them).");
+}
+
+}  // namespace hybridkv::python

@@ -112,6 +112,9 @@ class KvCacheManager {
   // and diagnostics, not for the data path.
   void read_pool_bytes(void* dst, const std::byte* src, size_t n) const;
   void write_pool_bytes(std::byte* dst, const void* src, size_t n) const;
+  // Many transfers in one go (CUDA: one kernel and one synchronization for all of them).
+  void read_pool_bytes(std::span<const PoolTransfer> transfers) const;
+  void write_pool_bytes(std::span<const PoolTransfer> transfers) const;
   // Sets every byte of each span of pool memory to `value`, ordered on `stream` (CUDA: one
   // batched kernel on the engine's stream; elsewhere at once).
   void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream = {});

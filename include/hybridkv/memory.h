@@ -11,6 +11,7 @@
 // Thread-safety: value types here; the backends themselves are internal to the manager.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace hybridkv {
@@ -28,6 +29,13 @@ struct CopyEvent {
 // An engine stream (cudaStream_t for the CUDA backend; ignored by the host and none backends).
 struct Stream {
   uintptr_t handle = 0;
+};
+
+// One CPU <-> pool memory transfer of KvCacheManager::read_pool_bytes / write_pool_bytes.
+struct PoolTransfer {
+  std::byte* pool = nullptr;  // a slot address (KvCacheManager::slot_address) plus an offset
+  std::byte* host = nullptr;  // CPU memory
+  size_t bytes = 0;
 };
 
 struct BackendOptions {

@@ -83,6 +83,9 @@ class MemoryBackend {
   // host memory, a synchronous device copy where they are not.
   virtual void read_bytes(void* dst, const std::byte* src, size_t n) const;
   virtual void write_bytes(std::byte* dst, const void* src, size_t n) const;
+  // Many at once (CUDA: one kernel through pinned staging, then one synchronization).
+  virtual void read_many(std::span<const PoolTransfer> transfers);
+  virtual void write_many(std::span<const PoolTransfer> transfers);
   // Sets every byte of each span to `value`, ordered after what `stream` already runs.
   virtual void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream);
   // The index of the first non-finite element of each span (dtype of each), or UINT64_MAX.

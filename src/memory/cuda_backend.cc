@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <unordered_map>
@@ -65,6 +66,8 @@ class CudaBackend final : public MemoryBackend {
   Status grow(TierKind tier, PoolGroupId pg, uint64_t slots) override;
   void shrink(TierKind tier, PoolGroupId pg, uint64_t slots, CopyEvent after) override;
   void read_bytes(void* dst, const std::byte* src, size_t n) const override;
+  void read_many(std::span<const PoolTransfer> transfers) override;
+  void write_many(std::span<const PoolTransfer> transfers) override;
   void write_bytes(std::byte* dst, const void* src, size_t n) const override;
   void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream) override;
   std::vector<uint64_t> scan_non_finite(std::span<const std::span<const std::byte>> spans,
@@ -124,7 +127,10 @@ class CudaBackend final : public MemoryBackend {
   std::unordered_map<uint32_t, uint32_t> pools_per_group_;
   std::unordered_map<uint64_t, std::vector<ConvertSegment>> conversions_;
   std::unique_ptr<DiskStore> disk_;
-  std::byte* bounce_ = nullptr;  // pinned staging of GPU <-> DISK copies
+  std::byte* bounce_ = nullptr;   // pinned staging of GPU <-> DISK copies
+  std::byte* staging_ = nullptr;  // pinned staging of read_many / write_many
+  uint64_t staging_bytes_ = 0;
+  std::byte* staging_for(uint64_t bytes);
   uint64_t bounce_bytes_ = 0;
 
   mutable std::mutex mu_;
@@ -151,6 +157,7 @@ CudaBackend::~CudaBackend() {
     if (r.done) cudaEventDestroy(r.done);
   }
   if (bounce_) cudaFreeHost(bounce_);
+  if (staging_) cudaFreeHost(staging_);
   pools_.clear();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -479,6 +486,54 @@ void CudaBackend::shrink(TierKind tier, PoolGroupId pg, uint64_t slots, CopyEven
 
 void CudaBackend::read_bytes(void* dst, const std::byte* src, size_t n) const {
   HKV_CUDA_OK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
+}
+
+// Transfers through pinned staging (mapped: the copy kernel reads and writes it directly).
+std::byte* CudaBackend::staging_for(uint64_t bytes) {
+  if (bytes > staging_bytes_) {
+    if (staging_) HKV_CUDA_OK(cudaFreeHost(staging_));
+    staging_bytes_ = std::max<uint64_t>(bytes, 16ull << 20);
+    HKV_CUDA_OK(cudaHostAlloc(&staging_, staging_bytes_, cudaHostAllocMapped));
+  }
+  return staging_;
+}
+
+void CudaBackend::read_many(std::span<const PoolTransfer> transfers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t total = 0;
+  for (const PoolTransfer& t : transfers) total += t.bytes;
+  std::byte* stage = staging_for(total);
+  uint64_t at = 0;
+  for (const PoolTransfer& t : transfers) {
+    split(t.pool, stage + at, t.bytes, cuda::kPieceCopy, cuda::kPieceBytes);
+    at += t.bytes;
+  }
+  launch_pieces(stream_, [&](const CopyPiece* p, uint32_t n) {
+    return cuda::launch_copy_pieces(p, n, stream_);
+  });
+  HKV_CUDA_OK(cudaStreamSynchronize(stream_));
+  at = 0;
+  for (const PoolTransfer& t : transfers) {
+    std::memcpy(t.host, stage + at, t.bytes);
+    at += t.bytes;
+  }
+}
+
+void CudaBackend::write_many(std::span<const PoolTransfer> transfers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t total = 0;
+  for (const PoolTransfer& t : transfers) total += t.bytes;
+  std::byte* stage = staging_for(total);
+  uint64_t at = 0;
+  for (const PoolTransfer& t : transfers) {
+    std::memcpy(stage + at, t.host, t.bytes);
+    split(stage + at, t.pool, t.bytes, cuda::kPieceCopy, cuda::kPieceBytes);
+    at += t.bytes;
+  }
+  launch_pieces(stream_, [&](const CopyPiece* p, uint32_t n) {
+    return cuda::launch_copy_pieces(p, n, stream_);
+  });
+  HKV_CUDA_OK(cudaStreamSynchronize(stream_));  // the staging is reused by the next call
 }
 
 void CudaBackend::write_bytes(std::byte* dst, const void* src, size_t n) const {

@@ -41,6 +41,14 @@ void MemoryBackend::write_bytes(std::byte* dst, const void* src, size_t n) const
   std::memcpy(dst, src, n);
 }
 
+void MemoryBackend::read_many(std::span<const PoolTransfer> transfers) {
+  for (const PoolTransfer& t : transfers) read_bytes(t.host, t.pool, t.bytes);
+}
+
+void MemoryBackend::write_many(std::span<const PoolTransfer> transfers) {
+  for (const PoolTransfer& t : transfers) write_bytes(t.pool, t.host, t.bytes);
+}
+
 void MemoryBackend::fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream) {
   for (std::span<std::byte> s : spans) std::memset(s.data(), value, s.size());
 }

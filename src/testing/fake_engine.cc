@@ -76,14 +76,12 @@ void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t m
   for (const auto& [lo, hi] : {std::pair<uint64_t, uint64_t>(0, std::min(skip_from, n)),
                                std::pair<uint64_t, uint64_t>(std::min(skip_to, n), n)}) {
     if (lo >= hi) continue;
-    // Pools the CPU cannot address (CUDA's GPU tier) are written through a staging buffer.
-    std::byte* out = at + lo;
+    // Pools the CPU cannot address (CUDA's GPU tier) are written through the write stage.
     if (device_memory_) {
-      staging_.resize(hi - lo);
-      out = staging_.data();
+      generate(stage_write(at + lo, hi - lo), lo, hi, seed, mask);
+    } else {
+      generate(at + lo, lo, hi, seed, mask);
     }
-    generate(out, lo, hi, seed, mask);
-    if (device_memory_) manager_.write_pool_bytes(at + lo, staging_.data(), hi - lo);
   }
   bytes_written_ += n;
 }
@@ -132,6 +130,47 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
       }
     }
   }
+  checks_.clear();
+  regions_.clear();
+  stage_bytes_ = 0;
+  if (Status s = collect_checks(cache, r); !s) return s;
+  return run_checks();
+}
+
+// Reads every region the checks look at: device memory in one batched transfer into the stage.
+Status FakeEngine::run_checks() {
+  if (device_memory_) {
+    if (stage_.size() < stage_bytes_) stage_.resize(stage_bytes_);
+    std::vector<PoolTransfer> transfers;
+    for (const Region& g : regions_) {
+      const auto [skip_from, skip_to] = sample_ranges(g.n, g.sampled ? sample_bytes_ : 0);
+      for (const auto& [lo, hi] : {std::pair<uint64_t, uint64_t>(0, std::min(skip_from, g.n)),
+                                   std::pair<uint64_t, uint64_t>(std::min(skip_to, g.n), g.n)}) {
+        if (lo < hi) {
+          // A read: the pool side is only read.
+          transfers.push_back(
+              {const_cast<std::byte*>(g.pool) + lo, stage_.data() + g.stage + lo, hi - lo});
+        }
+      }
+    }
+    manager_.read_pool_bytes(transfers);
+  }
+  for (const Check& c : checks_) {
+    const Region& g = regions_[c.region];
+    const std::byte* at = (device_memory_ ? stage_.data() + g.stage : g.pool) + c.offset;
+    if (Status s = check_bytes(at, c.n, c.seed, c.what, c.mask, false); !s) return s;
+  }
+  return Status::ok();
+}
+
+uint32_t FakeEngine::add_region(const std::byte* pool, uint64_t n, bool sampled) {
+  regions_.push_back({pool, n, sampled, stage_bytes_});
+  stage_bytes_ += n;
+  return static_cast<uint32_t>(regions_.size() - 1);
+}
+
+Status FakeEngine::collect_checks(const KvCache& cache, FakeRequest& r) {
+  const StoragePlan& plan = manager_.plan();
   const uint32_t tpb = plan.config().tokens_per_block;
   const uint64_t history = cache.history();
   const uint64_t computed = std::min<uint64_t>(r.computed, cache.capacity());
@@ -146,14 +185,13 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
         }
         const uint64_t seed_base = prefix(r, beam, r.computed);
         for (const Buffer& b : buffers_[g.id.value]) {
-          std::byte* at = page(b, slot);
+          const std::byte* at = page(b, slot);
           if (at == nullptr) continue;
-          Status s =
-              check_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)),
-                          "group " + std::to_string(g.id.value) + " " + b.name + " state after " +
-                              std::to_string(r.computed) + " tokens, slot " + std::to_string(slot),
-                          b.mask);
-          if (!s) return s;
+          checks_.push_back({add_region(at, b.size, true), 0, b.size,
+                             combine(seed_base, combine(b.layer, b.role_hash)), b.mask,
+                             "group " + std::to_string(g.id.value) + " " + b.name +
+                                 " state after " + std::to_string(r.computed) + " tokens, slot " +
+                                 std::to_string(slot)});
         }
         ++pages_checked_;
         continue;
@@ -175,21 +213,17 @@ Status FakeEngine::verify(const KvCache& cache, FakeRequest& r) {
         for (const Buffer& b : buffers_[g.id.value]) {
           const std::byte* at = page(b, slot);
           if (at == nullptr) continue;
-          if (device_memory_) {  // the page's written bytes in one copy
-            page_stage_.resize((end - block * tpb) * b.size / tpb);
-            manager_.read_pool_bytes(page_stage_.data(), at, page_stage_.size());
-            at = page_stage_.data();
-          }
+          // The page's written bytes as one region; a check per token within it.
+          const uint32_t region = add_region(at, (end - block * tpb) * b.size / tpb, false);
           for (uint64_t p = block * tpb; p < end; ++p) {
             const uint64_t j = p - block * tpb;
             const uint64_t lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
-            Status s = check_bytes(
-                at + lo, hi - lo, combine(prefix(r, beam, p + 1), combine(b.layer, b.role_hash)),
-                "group " + std::to_string(g.id.value) + " " + b.name + " token " +
-                    std::to_string(p) + " (block " + std::to_string(block) + ", slot " +
-                    std::to_string(slot) + ")",
-                ~0ull, false);
-            if (!s) return s;
+            checks_.push_back({region, lo, hi - lo,
+                               combine(prefix(r, beam, p + 1), combine(b.layer, b.role_hash)),
+                               ~0ull,
+                               "group " + std::to_string(g.id.value) + " " + b.name + " token " +
+                                   std::to_string(p) + " (block " + std::to_string(block) +
+                                   ", slot " + std::to_string(slot) + ")"});
           }
         }
         ++pages_checked_;
@@ -241,8 +275,32 @@ Status FakeEngine::write_step(const KvCache& cache, FakeRequest& r, uint64_t upt
   return Status::ok();
 }
 
+// Room for `n` bytes bound for pool memory at `pool`, sent by the next flush_writes().
+std::byte* FakeEngine::stage_write(std::byte* pool, uint64_t n) {
+  const uint64_t at = write_stage_.size();
+  write_stage_.resize(at + n);
+  pending_writes_.push_back({pool, at, n});
+  return write_stage_.data() + at;
+}
+
+void FakeEngine::flush_writes() {
+  std::vector<PoolTransfer> transfers;
+  for (const PendingWrite& w : pending_writes_)
+    transfers.push_back({w.pool, write_stage_.data() + w.stage, w.n});
+  if (!transfers.empty()) manager_.write_pool_bytes(transfers);
+  pending_writes_.clear();
+  write_stage_.clear();
+}
+
 Status FakeEngine::write(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
                          const CacheGroup* only) {
+  const Status s = write_unflushed(cache, r, from, upto, only);
+  flush_writes();
+  return s;
+}
+
+Status FakeEngine::write_unflushed(const KvCache& cache, FakeRequest& r, uint64_t from,
+                                   uint64_t upto, const CacheGroup* only) {
   const StoragePlan& plan = manager_.plan();
   const uint32_t tpb = plan.config().tokens_per_block;
   for (const CacheGroup& g : plan.cache_groups()) {
@@ -293,18 +351,17 @@ void FakeEngine::write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, st
                               uint64_t p, uint64_t end) {
   const uint32_t tpb = manager_.plan().config().tokens_per_block;
   const uint64_t first = p % tpb * b.size / tpb, last = ((end - 1) % tpb + 1) * b.size / tpb;
-  if (device_memory_) page_stage_.resize(last - first);
+  std::byte* staged = device_memory_ ? stage_write(at + first, last - first) : nullptr;
   for (uint64_t q = p; q < end; ++q) {
     const uint64_t j = q % tpb, lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
     const uint64_t seed = combine(prefix(r, beam, q + 1), combine(b.layer, b.role_hash));
     if (device_memory_) {
-      generate(page_stage_.data() + (lo - first), 0, hi - lo, seed, ~0ull);
+      generate(staged + (lo - first), 0, hi - lo, seed, ~0ull);
       bytes_written_ += hi - lo;
     } else {
       fill_bytes(at + lo, hi - lo, seed);
     }
   }
-  if (device_memory_) manager_.write_pool_bytes(at + first, page_stage_.data(), last - first);
 }
 
 }  // namespace hybridkv::testing

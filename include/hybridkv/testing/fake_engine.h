@@ -92,9 +92,39 @@ class FakeEngine {
                      uint64_t mask, bool on_device);
   void write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, std::byte* at, uint64_t p,
                     uint64_t end);
-  std::vector<std::byte> page_stage_;  // one page of device memory, read or written at once
-  bool device_memory_ = false;         // GPU-tier pools are not CPU-addressable
-  std::vector<std::byte> staging_;     // their bytes, on the way in or out
+  Status write_unflushed(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
+                         const CacheGroup* only);
+  std::byte* stage_write(std::byte* pool, uint64_t n);
+  void flush_writes();
+  // verify() collects its checks, reads every region they look at (device memory: one batched
+  // transfer), then runs them.
+  struct Region {
+    const std::byte* pool;
+    uint64_t n;
+    bool sampled;    // only the sampled ends are read (set_sampled_check)
+    uint64_t stage;  // offset in stage_
+  };
+  struct Check {
+    uint32_t region;
+    uint64_t offset, n, seed, mask;
+    std::string what;
+  };
+  struct PendingWrite {
+    std::byte* pool;
+    uint64_t stage;  // offset in write_stage_
+    uint64_t n;
+  };
+  Status collect_checks(const KvCache& cache, FakeRequest& r);
+  Status run_checks();
+  uint32_t add_region(const std::byte* pool, uint64_t n, bool sampled);
+  std::vector<Region> regions_;
+  std::vector<Check> checks_;
+  std::vector<std::byte> stage_;
+  uint64_t stage_bytes_ = 0;
+  std::vector<PendingWrite> pending_writes_;
+  std::vector<std::byte> write_stage_;
+  bool device_memory_ = false;      // GPU-tier pools are not CPU-addressable
+  std::vector<std::byte> staging_;  // their bytes, on the way in or out
   uint64_t sample_bytes_ = 0;
   uint64_t sample_writes_ = 0;
   uint64_t pages_checked_ = 0;

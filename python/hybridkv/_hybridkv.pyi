@@ -188,11 +188,6 @@ class HybridCacheManager:
     def replay_resets(self) -> list[int]:
         """Replay indices the engine resets before running the last decode_step."""
 
-    def take_iteration_stats(self) -> dict:
-        """
-        Counters since the previous call (then zero): pages, tier moves, suspends, resumes.
-        """
-
     def reuse_stats(self) -> dict:
         """Prefix-reuse counters per cache group, and the tree size."""
 
@@ -217,6 +212,11 @@ class HybridCacheManager:
     def take_events(self) -> list:
         """
         The tree's changes since the last call (ManagerConfig.record_events): dicts with kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier and priority.
+        """
+
+    def take_iteration_stats(self) -> dict:
+        """
+        Counters since the previous call (then zero): pages, tier moves, suspends, resumes.
         """
 
     def storage_stats(self) -> list:
@@ -319,6 +319,11 @@ class KvCacheManager:
         The tree's changes since the last call (ManagerConfig.record_events): dicts with kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier and priority.
         """
 
+    def take_iteration_stats(self) -> dict:
+        """
+        Counters since the previous call (then zero): pages, tier moves, suspends, resumes.
+        """
+
     def storage_stats(self) -> list:
         """
         Slots per tier and pool group: dicts of tier, pool_group, total_slots, free_slots and evictable_slots.
@@ -367,9 +372,6 @@ class KvCacheManager:
 
     @property
     def num_cache_groups(self) -> int: ...
-
-    def take_iteration_stats(self) -> dict:
-        """Counters since the previous call (then zero)."""
 
 class ManagerConfig:
     """Layers, tiers and knobs (config.h)."""

@@ -176,21 +176,7 @@ void bind_kv_cache_manager(nb::module_& m) {
       .def(
           "adjust", [](KvCacheManager& mgr) { return value_or_raise(mgr.adjust()); }, Release())
       .def_prop_ro("num_cache_groups",
-                   [](const KvCacheManager& mgr) { return mgr.plan().cache_groups().size(); })
-      .def(
-          "take_iteration_stats",
-          [](KvCacheManager& mgr) {
-            const IterationStats s = mgr.take_iteration_stats();
-            nb::dict d;
-            d["pages_allocated"] = s.pages_allocated;
-            d["bytes_offloaded"] = s.bytes_offloaded;
-            d["bytes_onboarded"] = s.bytes_onboarded;
-            d["pages_dropped"] = s.pages_dropped;
-            d["suspends"] = s.suspends;
-            d["resumes"] = s.resumes;
-            return d;
-          },
-          "Counters since the previous call (then zero).");
+                   [](const KvCacheManager& mgr) { return mgr.plan().cache_groups().size(); });
 }
 
 }  // namespace

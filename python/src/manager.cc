@@ -201,22 +201,6 @@ nb::object buffer_view(nb::handle self, TierKind tier, uint32_t layer, const std
   return pool_array(m, self, tier, base + b.offset, shape, strides, numpy_dtype(b.dtype));
 }
 
-nb::dict iteration_stats(Manager& m) {
-  const IterationStats s =
-      m.locked([](HybridCacheManager& h) { return h.manager().take_iteration_stats(); });
-  nb::dict d;
-  d["pages_allocated"] = s.pages_allocated;
-  d["bytes_offloaded"] = s.bytes_offloaded;
-  d["bytes_onboarded"] = s.bytes_onboarded;
-  d["bytes_offload_cancelled"] = s.bytes_offload_cancelled;
-  d["device_copies"] = s.device_copies;
-  d["pages_dropped"] = s.pages_dropped;
-  d["suspends"] = s.suspends;
-  d["resumes"] = s.resumes;
-  d["refused_resumes"] = s.refused_resumes;
-  return d;
-}
-
 nb::dict reuse_stats(Manager& m) {
   const ReuseStats s = m.locked([](HybridCacheManager& h) { return h.manager().reuse_stats(); });
   nb::list groups;
@@ -349,8 +333,6 @@ void bind_steps(nb::class_<Manager>& cls) {
           "num_requests", [](Manager& m) { return m.h().num_requests(); }, "Requests alive.")
       .def_prop_ro("replay_resets", &Manager::replay_resets,
                    "Replay indices the engine resets before running the last decode_step.")
-      .def("take_iteration_stats", &iteration_stats,
-           "Counters since the previous call (then zero): pages, tier moves, suspends, resumes.")
       .def("reuse_stats", &reuse_stats, "Prefix-reuse counters per cache group, and the tree size.")
       .def(
           "need_adjustment",

@@ -69,6 +69,20 @@ nb::list storage_to_python(const StorageStats& stats) {
   return out;
 }
 
+nb::dict iteration_stats_to_python(const IterationStats& s) {
+  nb::dict d;
+  d["pages_allocated"] = s.pages_allocated;
+  d["bytes_offloaded"] = s.bytes_offloaded;
+  d["bytes_onboarded"] = s.bytes_onboarded;
+  d["bytes_offload_cancelled"] = s.bytes_offload_cancelled;
+  d["device_copies"] = s.device_copies;
+  d["pages_dropped"] = s.pages_dropped;
+  d["suspends"] = s.suspends;
+  d["resumes"] = s.resumes;
+  d["refused_resumes"] = s.refused_resumes;
+  return d;
+}
+
 std::optional<std::string> copy_error(const KvCacheManager& m) {
   const Status s = m.copy_status();
   if (s) return std::nullopt;

@@ -17,6 +17,7 @@ namespace hybridkv::python {
 
 nanobind::list events_to_python(const std::vector<CacheEvent>& events);
 nanobind::list storage_to_python(const StorageStats& stats);
+nanobind::dict iteration_stats_to_python(const IterationStats& stats);
 std::optional<std::string> copy_error(const KvCacheManager& manager);
 
 // `get(self)` returns the KvCacheManager& (itself thread-safe: no Python-side lock needed).
@@ -38,6 +39,17 @@ void bind_manager_calls(nanobind::class_<Cls>& cls, Get get) {
          "The tree's changes since the last call (ManagerConfig.record_events): dicts with "
          "kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier "
          "and priority.")
+      .def(
+          "take_iteration_stats",
+          [get](Cls& self) {
+            IterationStats stats;
+            {
+              nb::gil_scoped_release release;
+              stats = get(self).take_iteration_stats();
+            }
+            return iteration_stats_to_python(stats);
+          },
+          "Counters since the previous call (then zero): pages, tier moves, suspends, resumes.")
       .def(
           "storage_stats",
           [get](Cls& self) {

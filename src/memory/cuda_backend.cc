@@ -68,6 +68,7 @@ class CudaBackend final : public MemoryBackend {
   void read_bytes(void* dst, const std::byte* src, size_t n) const override;
   void read_many(std::span<const PoolTransfer> transfers) override;
   void write_many(std::span<const PoolTransfer> transfers) override;
+  void transfer_many(std::span<const PoolTransfer> transfers, bool to_pool);
   void write_bytes(std::byte* dst, const void* src, size_t n) const override;
   void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream) override;
   std::vector<uint64_t> scan_non_finite(std::span<const std::span<const std::byte>> spans,
@@ -499,41 +500,39 @@ std::byte* CudaBackend::staging_for(uint64_t bytes) {
 }
 
 void CudaBackend::read_many(std::span<const PoolTransfer> transfers) {
+  transfer_many(transfers, false);
+}
+
+void CudaBackend::write_many(std::span<const PoolTransfer> transfers) {
+  transfer_many(transfers, true);
+}
+
+// Host bytes pass through the pinned stage; one kernel moves them all between stage and pools.
+void CudaBackend::transfer_many(std::span<const PoolTransfer> transfers, bool to_pool) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t total = 0;
   for (const PoolTransfer& t : transfers) total += t.bytes;
   std::byte* stage = staging_for(total);
   uint64_t at = 0;
   for (const PoolTransfer& t : transfers) {
-    split(t.pool, stage + at, t.bytes, cuda::kPieceCopy, cuda::kPieceBytes);
+    if (to_pool) {
+      std::memcpy(stage + at, t.host, t.bytes);
+      split(stage + at, t.pool, t.bytes, cuda::kPieceCopy, cuda::kPieceBytes);
+    } else {
+      split(t.pool, stage + at, t.bytes, cuda::kPieceCopy, cuda::kPieceBytes);
+    }
     at += t.bytes;
   }
   launch_pieces(stream_, [&](const CopyPiece* p, uint32_t n) {
     return cuda::launch_copy_pieces(p, n, stream_);
   });
-  HKV_CUDA_OK(cudaStreamSynchronize(stream_));
+  HKV_CUDA_OK(cudaStreamSynchronize(stream_));  // and the stage is free for the next call
+  if (to_pool) return;
   at = 0;
   for (const PoolTransfer& t : transfers) {
     std::memcpy(t.host, stage + at, t.bytes);
     at += t.bytes;
   }
-}
-
-void CudaBackend::write_many(std::span<const PoolTransfer> transfers) {
-  std::lock_guard<std::mutex> lock(mu_);
-  uint64_t total = 0;
-  for (const PoolTransfer& t : transfers) total += t.bytes;
-  std::byte* stage = staging_for(total);
-  uint64_t at = 0;
-  for (const PoolTransfer& t : transfers) {
-    std::memcpy(stage + at, t.host, t.bytes);
-    split(stage + at, t.pool, t.bytes, cuda::kPieceCopy, cuda::kPieceBytes);
-    at += t.bytes;
-  }
-  launch_pieces(stream_, [&](const CopyPiece* p, uint32_t n) {
-    return cuda::launch_copy_pieces(p, n, stream_);
-  });
-  HKV_CUDA_OK(cudaStreamSynchronize(stream_));  // the staging is reused by the next call
 }
 
 void CudaBackend::write_bytes(std::byte* dst, const void* src, size_t n) const {

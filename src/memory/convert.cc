@@ -32,6 +32,18 @@ std::vector<ConvertSegment> snapshot_segments(const StoragePlan& plan, CacheGrou
   return out;
 }
 
+ConversionTable conversion_table(const StoragePlan& plan) {
+  ConversionTable table;
+  for (const CacheGroup& g : plan.cache_groups()) {
+    if (!g.snapshot_pool_group) continue;
+    table[conversion_key(g.pool_group, *g.snapshot_pool_group)] =
+        snapshot_segments(plan, g.id, true);
+    table[conversion_key(*g.snapshot_pool_group, g.pool_group)] =
+        snapshot_segments(plan, g.id, false);
+  }
+  return table;
+}
+
 uint16_t f32_to_bf16(float value) { return f32_bits_to_bf16(std::bit_cast<uint32_t>(value)); }
 
 float bf16_to_f32(uint16_t value) { return std::bit_cast<float>(bf16_to_f32_bits(value)); }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "hybridkv/plan.h"
@@ -27,6 +28,14 @@ struct ConvertSegment {
 // (to_snapshot) or back. Requires: the group has a snapshot pool group.
 std::vector<ConvertSegment> snapshot_segments(const StoragePlan& plan, CacheGroupId group,
                                               bool to_snapshot);
+
+// The segments of every converted copy of a plan, by conversion_key(source, destination pool
+// group): each snapshot pool group and its live group, both ways.
+using ConversionTable = std::unordered_map<uint64_t, std::vector<ConvertSegment>>;
+ConversionTable conversion_table(const StoragePlan& plan);
+inline uint64_t conversion_key(PoolGroupId src, PoolGroupId dst) {
+  return (uint64_t{src.value} << 32) | dst.value;
+}
 
 // Round to nearest even; NaN stays NaN (quiet), infinities stay infinite.
 uint16_t f32_to_bf16(float value);

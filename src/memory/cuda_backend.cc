@@ -98,13 +98,7 @@ Status CudaBackend::allocate(const StoragePlan& plan) {
         !s)
       return s;
   }
-  for (const CacheGroup& g : plan.cache_groups()) {
-    if (!g.snapshot_pool_group) continue;
-    conversions_[(uint64_t{g.pool_group.value} << 32) | g.snapshot_pool_group->value] =
-        snapshot_segments(plan, g.id, true);
-    conversions_[(uint64_t{g.snapshot_pool_group->value} << 32) | g.pool_group.value] =
-        snapshot_segments(plan, g.id, false);
-  }
+  conversions_ = conversion_table(plan);
   if (Status s = cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                              "creating the copy stream");
       !s)
@@ -144,7 +138,7 @@ void CudaBackend::add_pieces(const SlotCopy& c) {
     return;
   }
   for (const ConvertSegment& seg :
-       conversions_.at((uint64_t{c.pool_group.value} << 32) | c.dst_pool_group->value)) {
+       conversions_.at(conversion_key(c.pool_group, *c.dst_pool_group))) {
     const cuda::PieceKind kind = seg.conversion == Conversion::kF32ToBF16   ? cuda::kPieceF32ToBF16
                                  : seg.conversion == Conversion::kBF16ToF32 ? cuda::kPieceBF16ToF32
                                                                             : cuda::kPieceCopy;

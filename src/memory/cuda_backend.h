@@ -123,7 +123,7 @@ class CudaBackend final : public MemoryBackend {
   int device_;
   std::unordered_map<uint64_t, PoolMemory> pools_;
   std::unordered_map<uint32_t, uint32_t> pools_per_group_;
-  std::unordered_map<uint64_t, std::vector<ConvertSegment>> conversions_;
+  ConversionTable conversions_;
   std::unique_ptr<DiskStore> disk_;
   std::byte* bounce_ = nullptr;   // pinned staging of GPU <-> DISK copies
   std::byte* staging_ = nullptr;  // pinned staging of read_many / write_many

@@ -67,13 +67,7 @@ class HostBackend final : public MemoryBackend {
         }
       }
     }
-    for (const CacheGroup& g : plan.cache_groups()) {
-      if (!g.snapshot_pool_group) continue;
-      conversions_[pair_key(g.pool_group, *g.snapshot_pool_group)] =
-          memory::snapshot_segments(plan, g.id, true);
-      conversions_[pair_key(*g.snapshot_pool_group, g.pool_group)] =
-          memory::snapshot_segments(plan, g.id, false);
-    }
+    conversions_ = conversion_table(plan);
     return Status::ok();
   }
 
@@ -208,15 +202,12 @@ class HostBackend final : public MemoryBackend {
   // A live state <-> reduced-precision snapshot copy, buffer by buffer.
   void run_converted(const SlotCopy& c) {
     for (const memory::ConvertSegment& seg :
-         conversions_.at(pair_key(c.pool_group, *c.dst_pool_group))) {
+         conversions_.at(conversion_key(c.pool_group, *c.dst_pool_group))) {
       const Region& src = regions_.at(key(c.src_tier, c.pool_group, seg.src_pool));
       const Region& dst = regions_.at(key(c.dst_tier, *c.dst_pool_group, seg.dst_pool));
       memory::convert(seg, dst.bytes.get() + c.dst_slot * dst.slot_bytes,
                       src.bytes.get() + c.src_slot * src.slot_bytes);
     }
-  }
-  static uint64_t pair_key(PoolGroupId src, PoolGroupId dst) {
-    return (uint64_t{src.value} << 32) | dst.value;
   }
 
   // Regions are written once in allocate(), before any copy; the worker only reads the map.
@@ -224,7 +215,7 @@ class HostBackend final : public MemoryBackend {
   std::unordered_map<uint32_t, uint32_t> pools_per_group_;
   std::unique_ptr<DiskStore> disk_;  // the DISK tier, when the plan has one
   // Segments of converted copies by (source pool group, destination pool group).
-  std::unordered_map<uint64_t, std::vector<memory::ConvertSegment>> conversions_;
+  ConversionTable conversions_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;       // work for the worker

@@ -88,8 +88,6 @@ class FakeEngine {
   std::vector<std::vector<Buffer>> buffers_;  // by cache group
   static std::pair<uint64_t, uint64_t> sample_ranges(uint64_t n, uint64_t sample);
   static void generate(std::byte* out, uint64_t lo, uint64_t hi, uint64_t seed, uint64_t mask);
-  Status check_bytes(const std::byte* at, uint64_t n, uint64_t seed, const std::string& what,
-                     uint64_t mask, bool on_device);
   void write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, std::byte* at, uint64_t p,
                     uint64_t end);
   Status write_unflushed(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
@@ -123,8 +121,7 @@ class FakeEngine {
   uint64_t stage_bytes_ = 0;
   std::vector<PendingWrite> pending_writes_;
   std::vector<std::byte> write_stage_;
-  bool device_memory_ = false;      // GPU-tier pools are not CPU-addressable
-  std::vector<std::byte> staging_;  // their bytes, on the way in or out
+  bool device_memory_ = false;  // GPU-tier pools are not CPU-addressable
   uint64_t sample_bytes_ = 0;
   uint64_t sample_writes_ = 0;
   uint64_t pages_checked_ = 0;

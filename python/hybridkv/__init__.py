@@ -40,10 +40,38 @@ from ._hybridkv import (  # noqa: F401  (the public names)
     TierConfig,
     TierKind,
     plan_text,
-    read_model_config,
 )
+from ._hybridkv import read_model_config as _read_model_config
 from ._hybridkv import plan_json as _plan_json
 from ._hybridkv import run_cli as _run_cli
+
+
+def _finite(value):
+    """JSON-safe: non-finite floats (HF writes ``Infinity`` for e.g. ``time_step_limit``) -> None."""
+    if isinstance(value, float) and (value != value or abs(value) == float("inf")):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def read_model_config(source, tp=1, kv_dtype=None, ssm_dtype=None, conv_dtype=None):
+    """A model's cache layers as a ``ModelDescription``.
+
+    ``source``: a HuggingFace ``config.json`` path, its parsed dict, or a ``transformers`` config
+    object (its text config is read). Dtypes by name (``"bfloat16"``, ``"float32"``, ``"fp8"``...):
+    ``kv_dtype`` for K/V pages, ``conv_dtype`` for conv windows, ``ssm_dtype`` for SSM states
+    (default: the config's ``mamba_ssm_cache_dtype``, else fp32). Errors: ``ValueError`` naming
+    the field and value.
+    """
+    if hasattr(source, "to_dict") and not isinstance(source, dict):
+        text = source.get_text_config(decoder=True) if hasattr(source, "get_text_config") else source
+        source = text.to_dict()
+    if isinstance(source, dict):
+        source = _finite(source)
+    return _read_model_config(source, tp, kv_dtype, ssm_dtype, conv_dtype)
 
 
 def plan(model, serving):

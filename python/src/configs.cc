@@ -15,20 +15,21 @@ using namespace nb::literals;
 namespace hybridkv::python {
 namespace {
 
+// A dtype argument by name ("f32", "bf16", ...); the error names the argument.
+DType dtype_arg(const char* what, const std::string& name) {
+  const std::optional<DType> d = parse_dtype(name);
+  if (!d) throw nb::value_error((std::string(what) + ": '" + name + "' is not a dtype").c_str());
+  return *d;
+}
+
 ModelDescription read_model(nb::object source, uint32_t tp, std::optional<std::string> kv_dtype,
-                            std::optional<std::string> ssm_dtype) {
+                            std::optional<std::string> ssm_dtype,
+                            std::optional<std::string> conv_dtype) {
   ModelOptions o;
   o.tp_size = tp;
-  if (kv_dtype) {
-    const std::optional<DType> d = parse_dtype(*kv_dtype);
-    if (!d) throw nb::value_error(("kv_dtype: '" + *kv_dtype + "' is not a dtype").c_str());
-    o.kv_dtype = *d;
-  }
-  if (ssm_dtype) {
-    const std::optional<DType> d = parse_dtype(*ssm_dtype);
-    if (!d) throw nb::value_error(("ssm_dtype: '" + *ssm_dtype + "' is not a dtype").c_str());
-    o.ssm_dtype = *d;
-  }
+  if (kv_dtype) o.kv_dtype = dtype_arg("kv_dtype", *kv_dtype);
+  if (ssm_dtype) o.ssm_dtype = dtype_arg("ssm_dtype", *ssm_dtype);
+  if (conv_dtype) o.conv_dtype = dtype_arg("conv_dtype", *conv_dtype);
   if (nb::isinstance<nb::dict>(source)) {
     const nb::object dumps = nb::module_::import_("json").attr("dumps");
     const std::string text = nb::cast<std::string>(dumps(source));
@@ -36,6 +37,30 @@ ModelDescription read_model(nb::object source, uint32_t tp, std::optional<std::s
   }
   const std::string path = nb::cast<std::string>(nb::str(source));
   return value_or_raise(read_model_config(path, o));
+}
+
+// One cache layer as a dict (ModelDescription.layers).
+nb::list layer_dicts(const ModelDescription& model) {
+  nb::list out;
+  for (const ModelLayer& l : model.layers) {
+    nb::dict d;
+    d["cache_layer"] = l.cache_layer;
+    d["model_layer"] = l.model_layer;
+    d["mixer"] = mixer_kind_name(l.mixer);
+    d["window"] = l.window;
+    d["kv_heads"] = l.kv_heads;
+    d["head_dim"] = l.is_attention() ? l.head_dim : l.shape.head_dim;
+    d["conv_elements"] = l.conv_elements;
+    d["ssm_elements"] = l.ssm_elements;
+    d["num_heads"] = l.shape.num_heads;
+    d["state_size"] = l.shape.state_size;
+    d["n_groups"] = l.shape.n_groups;
+    d["d_inner"] = l.shape.d_inner;
+    d["conv_dim"] = l.shape.conv_dim;
+    d["conv_kernel"] = l.shape.conv_kernel;
+    out.append(d);
+  }
+  return out;
 }
 
 }  // namespace
@@ -116,10 +141,16 @@ void bind_configs(nb::module_& m) {
       .def_prop_ro("kv_bytes_per_token", &ModelDescription::kv_bytes_per_token)
       .def_prop_ro("state_bytes_per_sequence", &ModelDescription::state_bytes_per_sequence)
       .def_prop_ro("num_attention_layers", &ModelDescription::num_attention_layers)
-      .def_prop_ro("num_recurrent_layers", &ModelDescription::num_recurrent_layers);
+      .def_prop_ro("num_recurrent_layers", &ModelDescription::num_recurrent_layers)
+      .def_prop_ro("layers", &layer_dicts,
+                   "The cache layers: dicts of cache_layer, model_layer, mixer ('attention', "
+                   "'mamba2', ...), window, kv_heads, head_dim, conv_elements, ssm_elements and "
+                   "the recurrent shape (num_heads, state_size, n_groups, d_inner, conv_dim, "
+                   "conv_kernel).");
   m.def("read_model_config", &read_model, "source"_a, "tp"_a = 1, "kv_dtype"_a = nb::none(),
-        "ssm_dtype"_a = nb::none(),
-        "A HuggingFace config.json (a path, or the parsed dict) as a ModelDescription.");
+        "ssm_dtype"_a = nb::none(), "conv_dtype"_a = nb::none(),
+        "A HuggingFace config.json (a path, or the parsed dict) as a ModelDescription; dtypes "
+        "by name ('f32', 'bf16', ...).");
 
   m.def(
       "plan_text",

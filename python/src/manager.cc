@@ -309,6 +309,32 @@ void bind_steps(nb::class_<Manager>& cls) {
   cls.def("buffer_view", &buffer_view, "tier"_a, "layer"_a, "role"_a,
           "One buffer of one layer as a numpy array [slots, elements] over the manager's memory "
           "(row = slot index; bf16 shows as uint16).");
+  cls.def(
+         "state_index",
+         [](Manager& m, uint64_t id, std::optional<uint32_t> group, uint32_t beam) {
+           int32_t out = kBadPageIndex;
+           m.call([&](HybridCacheManager& h) -> Status {
+             KvCache* c = h.cache(id);
+             if (c == nullptr) return Status::not_found("no request " + std::to_string(id));
+             const std::optional<CacheGroupId> g =
+                 group ? std::optional<CacheGroupId>(CacheGroupId(*group)) : h.state_group();
+             if (!g) return Status::invalid("state_index: the model has no state group");
+             Result<int32_t> index = c->state_index(*g, beam);
+             if (!index) return index.status();
+             out = *index;
+             return Status::ok();
+           });
+           return out;
+         },
+         "request_id"_a, "group"_a = nb::none(), "beam"_a = 0,
+         "The GPU slot of an ACTIVE request's recurrent state (row of buffer_view's "
+         "'ssm_state' / 'conv_state'); `group` defaults to the state group.")
+      .def(
+          "buffer_group",
+          [](Manager& m, uint32_t layer, const std::string& role) {
+            return value_or_raise(m.h().plan().buffer_group_id(LayerId(layer), role)).value;
+          },
+          "layer"_a, "role"_a, "The cache group that holds one buffer (its block tables).");
   cls.def("block_table", &copy_table, "request_id"_a, "group"_a, "beam"_a = 0,
           "A copy of the request's block table for a cache group (per-step handoff: decode_step).")
       .def(

@@ -186,7 +186,22 @@ void check_layer_count(const Fields& f, size_t listed) {
   }
 }
 
-void read_nemotron_h(const Fields& f, ModelDescription& out, Builder& b) {
+// Nemotron-H's layer pattern: `hybrid_override_pattern` (M * - E), or the `layers_block_type`
+// list that transformers 5 writes (mamba / attention / mlp / moe, or its cache names
+// linear_attention / full_attention), as one pattern character per layer.
+std::string nemotron_pattern(const Fields& f) {
+  if (!f.has("hybrid_override_pattern") && f.has("layers_block_type")) {
+    std::string pattern;
+    for (const std::string& t :
+         layer_types(f, "layers_block_type",
+                     {"mamba", "linear_attention", "attention", "full_attention", "mlp", "moe"})) {
+      pattern += t == "mamba" || t == "linear_attention"     ? 'M'
+                 : t == "attention" || t == "full_attention" ? '*'
+                 : t == "mlp"                                ? '-'
+                                                             : 'E';
+    }
+    return pattern;
+  }
   const std::string pattern = f.string("hybrid_override_pattern");
   if (pattern.empty()) f.fail("hybrid_override_pattern", "is empty");
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -196,6 +211,11 @@ void read_nemotron_h(const Fields& f, ModelDescription& out, Builder& b) {
                                             std::to_string(i) + " is not one of M * - E");
     }
   }
+  return pattern;
+}
+
+void read_nemotron_h(const Fields& f, ModelDescription& out, Builder& b) {
+  const std::string pattern = nemotron_pattern(f);
   check_layer_count(f, pattern.size());
   const char* head_key = f.has("head_dim") ? "head_dim" : "attention_head_dim";
   for (size_t i = 0; i < pattern.size(); ++i) {

@@ -178,6 +178,8 @@ class PagedModel:
     # --- speculative decoding ---
 
     def _state_views(self, request_id: int):
+        if self.manager.state_group is None:
+            return []
         slot = self.manager.state_index(request_id)
         return [t[slot] for e in self._layers.values() if "state" in e
                 for t in (e["state"]["conv"], e["state"]["ssm"])]

@@ -1,0 +1,60 @@
+"""Small random-weight HuggingFace hybrid models and their own-cache reference generations
+(test support for test_hf.py and the snapshot-precision benchmark)."""
+
+from __future__ import annotations
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+transformers.logging.set_verbosity_error()
+
+VOCAB = 128
+_ATTN = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+_BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, **_ATTN)
+
+# Per family: the model_type and a small config (each forward takes milliseconds on a CPU).
+FAMILIES = {
+    "qwen3_next": dict(  # gated delta net + full attention, MoE
+        _BASE, num_hidden_layers=4, full_attention_interval=2, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32),
+    "nemotron_h": dict(  # Mamba2 + attention + MLP layers
+        _BASE, num_hidden_layers=4, hybrid_override_pattern="M*M-", mamba_num_heads=4,
+        mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=16),
+    "falcon_h1": dict(  # Mamba2 and attention in parallel in every layer
+        _BASE, num_hidden_layers=3, mamba_n_heads=4, mamba_d_head=16, mamba_d_state=16,
+        mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=16, mamba_d_ssm=64),
+    "jamba": dict(  # Mamba1 + attention, MoE
+        _BASE, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
+        expert_layer_period=2, expert_layer_offset=1, num_experts=2, mamba_d_state=8,
+        mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=8),
+    "gemma3_text": dict(  # sliding-window (8 tokens) and full attention
+        _BASE, num_hidden_layers=4, sliding_window=8, sliding_window_pattern=2),
+}
+RECURRENT = [f for f in FAMILIES if f != "gemma3_text"]
+
+
+def make_model(family: str, device="cpu", dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(family, **FAMILIES[family])
+    return AutoModelForCausalLM.from_config(config).to(device=device, dtype=dtype).eval()
+
+
+def prompt(length: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, VOCAB, (length,), generator=g).tolist()
+
+
+@torch.no_grad()
+def reference(model, tokens, new_tokens: int):
+    """Greedy generation with the model's own cache (transformers' generate and DynamicCache):
+    the new tokens and the logits that chose each [new_tokens, vocab]."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([tokens], device=device)
+    # An explicit mask: without it generate treats pad_token_id (0) in the prompt as padding.
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                         min_new_tokens=new_tokens, do_sample=False, output_logits=True,
+                         return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
+    return out.sequences[0, len(tokens):].tolist(), torch.stack([l[0] for l in out.logits]).float()

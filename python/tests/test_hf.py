@@ -1,0 +1,203 @@
+"""HuggingFace hybrid models generating through hybridkv's pages (hybridkv.hf), token for token
+against the same model generating with its own cache. Per family: one request, prefix reuse
+(reused tokens never recomputed), suspend to the host tier and resume after other requests took
+the GPU slots, chunked prefill, speculative decoding with rejected drafts; and a corrupted state
+slot or block table entry makes the comparison fail. Runs on the host backend, and on CUDA with
+the cuda backend (marker gpu) where a GPU and a CUDA build are present."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import hf_models as hm  # noqa: E402
+
+import hybridkv as hk  # noqa: E402
+from hybridkv.hf import PagedModel  # noqa: E402
+
+NEW = 12  # generated tokens per comparison
+TOL = 1e-4  # fp32 logits
+# Verifying drafts runs several tokens through the chunked scan where the reference decodes them
+# one by one with the recurrent step: the same math in another order.
+VERIFY_TOL = 1e-3
+
+
+def _backends():
+    yield pytest.param("host", id="host")
+    yield pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
+
+
+@pytest.fixture(params=list(_backends()))
+def backend(request):
+    if request.param == "cuda":
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA device")
+        return "cuda", hk.BackendKind.CUDA
+    return "cpu", hk.BackendKind.HOST
+
+
+_models = {}
+
+
+def model_for(family, device):
+    if (family, device) not in _models:
+        _models[(family, device)] = hm.make_model(family, device)
+    return _models[(family, device)]
+
+
+def paged(family, backend, **kw):
+    device, kind = backend
+    kw.setdefault("gpu_bytes", 2 << 20)
+    try:
+        return PagedModel(model_for(family, device), backend=kind, **kw)
+    except ValueError as e:
+        if kind == hk.BackendKind.CUDA and "cuda" in str(e).lower():
+            pytest.skip(f"cuda backend unavailable: {e}")
+        raise
+
+
+def assert_same(tokens, logits, ref_tokens, ref_logits, tol=TOL):
+    diff = (logits.cpu() - ref_logits.cpu()).abs().max().item()
+    assert tokens == ref_tokens, f"tokens differ (largest logit difference {diff:.3g})"
+    assert diff <= tol, f"largest logit difference {diff:.3g} > {tol}"
+    return diff
+
+
+@pytest.mark.parametrize("family", list(hm.FAMILIES))
+def test_single_request(family, backend):
+    pm = paged(family, backend)
+    p = hm.prompt(40, seed=1)
+    pm.add_request(1, p)
+    tokens, logits = pm.generate(1, NEW)
+    assert_same(tokens, logits, *hm.reference(pm.model, p, NEW))
+    assert pm.forward_tokens == len(p) + NEW - 1
+
+
+@pytest.mark.parametrize("family", list(hm.FAMILIES))
+def test_prefix_reuse_never_recomputes(family, backend):
+    pm = paged(family, backend)
+    first = hm.prompt(48, seed=2)
+    pm.add_request(1, first)
+    pm.generate(1, 4)
+    pm.finish(1)
+    second = first[:40] + hm.prompt(12, seed=3)
+    before = pm.forward_tokens
+    reused = pm.add_request(2, second)
+    assert reused >= 32, f"reused {reused} of the 40 shared tokens"
+    tokens, logits = pm.generate(2, NEW)
+    assert pm.forward_tokens - before == len(second) - reused + NEW - 1
+    assert_same(tokens, logits, *hm.reference(pm.model, second, NEW))
+
+
+@pytest.mark.parametrize("family", list(hm.FAMILIES))
+def test_suspend_to_host_and_resume(family, backend):
+    pm = paged(family, backend, max_batch=2)
+    p = hm.prompt(40, seed=4)
+    pm.add_request(1, p)
+    logits = [pm.prefill(1)]
+    tokens = [int(logits[0].argmax())]
+    for _ in range(5):
+        logits.append(pm.decode(1, tokens[-1]))
+        tokens.append(int(logits[-1].argmax()))
+    slot = pm.manager.state_index(1) if pm.manager.state_group is not None else None
+    table = pm.manager.block_table(1, pm.manager.buffer_group(_attn(pm), "key"))
+    pm.suspend(1)
+    pm.manager.take_iteration_stats()
+    offloaded = 0
+    for rid in range(2, 40):  # others take the GPU slots until request 1's pages move to the host
+        pm.add_request(rid, hm.prompt(160, seed=10 + rid))
+        pm.generate(rid, 2)
+        pm.finish(rid)
+        offloaded += pm.manager.take_iteration_stats()["bytes_offloaded"]
+        if offloaded and rid >= 4:
+            break
+    assert offloaded > 0
+    pm.resume(1)
+    assert pm.manager.take_iteration_stats()["bytes_onboarded"] > 0
+    moved = pm.manager.block_table(1, pm.manager.buffer_group(_attn(pm), "key"))
+    assert moved != table or (slot is not None and pm.manager.state_index(1) != slot)
+    while len(tokens) < NEW:
+        logits.append(pm.decode(1, tokens[-1]))
+        tokens.append(int(logits[-1].argmax()))
+    assert_same(tokens, torch.stack(logits), *hm.reference(pm.model, p, NEW))
+
+
+def _attn(pm):
+    return next(d["cache_layer"] for d in pm.description.layers if d["mixer"] == "attention")
+
+
+@pytest.mark.parametrize("family", list(hm.FAMILIES))
+def test_chunked_prefill(family, backend):
+    pm = paged(family, backend)
+    p = hm.prompt(45, seed=5)
+    pm.add_request(1, p)
+    tokens, logits = pm.generate(1, NEW, chunk=7)
+    assert pm.forward_tokens == len(p) + NEW - 1
+    assert_same(tokens, logits, *hm.reference(pm.model, p, NEW))
+
+
+@pytest.mark.parametrize("family", list(hm.FAMILIES))
+def test_speculative_decoding_with_rejected_drafts(family, backend):
+    pm = paged(family, backend, num_spec_tokens=3)
+    p = hm.prompt(40, seed=6)
+    ref_tokens, ref_logits = hm.reference(pm.model, p, NEW + 4)
+    pm.add_request(1, p)
+    logits = [pm.prefill(1)]
+    tokens = [int(logits[0].argmax())]
+    accepted = rejected = step = 0
+    while len(tokens) < NEW:
+        # The fixed rule: drafts are the reference's next tokens, every third one wrong.
+        ahead = ref_tokens[len(tokens) : len(tokens) + 3]
+        drafts = [t if (step + i) % 3 != 2 else (t + 1) % hm.VOCAB for i, t in enumerate(ahead)]
+        new, new_logits = pm.verify(1, tokens[-1], drafts)
+        accepted += len(new) - 1
+        rejected += len(drafts) - (len(new) - 1)
+        tokens += new
+        logits += list(new_logits)
+        step += 1
+    assert accepted > 0 and rejected > 0 and pm.replayed_tokens > 0
+    n = min(len(tokens), NEW + 4)
+    assert_same(tokens[:n], torch.stack(logits[:n]), ref_tokens[:n], ref_logits[:n], VERIFY_TOL)
+
+
+def _corrupt_state(pm):
+    for d in pm.description.layers:
+        if d["mixer"] != "attention":
+            view = torch.from_numpy(pm.manager.buffer_view(hk.TierKind.GPU, d["cache_layer"],
+                                                           "ssm_state"))
+            view[pm.manager.state_index(1)] += 0.5
+            return
+
+
+def _corrupt_table(pm):
+    real = pm._request_view
+
+    def swapped(request_id, position, count):
+        view = real(request_id, position, count)
+        for table in view.tables.values():  # the first resident block reads the last block's page
+            resident = (table >= 0).nonzero().flatten().tolist()
+            if len(resident) > 1:
+                table[resident[0]] = table[resident[-1]]
+        return view
+
+    pm._request_view = swapped
+
+
+@pytest.mark.parametrize("family,corrupt", [(f, "state") for f in hm.RECURRENT] +
+                         [(f, "table") for f in hm.FAMILIES])
+def test_corruption_is_detected(family, corrupt):
+    pm = paged(family, ("cpu", hk.BackendKind.HOST))
+    p = hm.prompt(40, seed=7)
+    pm.add_request(1, p)
+    logits = [pm.prefill(1)]
+    (_corrupt_state if corrupt == "state" else _corrupt_table)(pm)
+    tokens = [int(logits[0].argmax())]
+    while len(tokens) < NEW:
+        logits.append(pm.decode(1, tokens[-1]))
+        tokens.append(int(logits[-1].argmax()))
+    with pytest.raises(AssertionError):
+        assert_same(tokens, torch.stack(logits), *hm.reference(pm.model, p, NEW))

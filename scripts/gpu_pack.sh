@@ -15,4 +15,13 @@ for t in $targets; do
   strip -o "gpu_bin/$(basename "$f")" "$f"
 done
 cp ../shared/tools/gpu_copy_limits.cu gpu_bin/
+# What the GPU machine's image lacks to build the Python module there (its Python differs from
+# ours): the header-only JSON and CLI libraries with their CMake packages, OpenSSL's headers and
+# libcrypto.
+d=gpu_bin/deps
+mkdir -p $d/include $d/share/cmake $d/lib
+cp -r /usr/include/nlohmann /usr/include/CLI /usr/include/openssl $d/include/
+cp /usr/include/x86_64-linux-gnu/openssl/*.h $d/include/openssl/
+cp -r /usr/share/cmake/nlohmann_json /usr/share/cmake/CLI11 $d/share/cmake/
+cp /usr/lib/x86_64-linux-gnu/libcrypto.so.3 $d/lib/ && ln -sf libcrypto.so.3 $d/lib/libcrypto.so
 du -sh gpu_bin

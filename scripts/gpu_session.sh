@@ -2,7 +2,7 @@
 # The GPU runs of the CUDA backend, on the GPU machine (device tool), from binaries built on the
 # development machine and carried in gpu_bin/ (scripts/gpu_pack.sh). Logs go to $OUT (at most 8
 # files come back).
-#   bash scripts/gpu_session.sh suite|bench|all
+#   bash scripts/gpu_session.sh suite|bench|final|sanitize|pymod|all
 set -u
 OUT=${OUT:-/tmp/hkv-out}
 mkdir -p "$OUT" /work
@@ -85,6 +85,27 @@ sanitize() {
     (cd /work/main && TMPDIR=/var/tmp timeout 30 compute-sanitizer --tool "$tool" \
       --error-exitcode 9 "$B/$@" 2>&1 | grep -E "PASSED|FAILED|SUMMARY|ERROR|rror" | tail -6)
   done > "$OUT/sanitizer.log" 2>&1
+}
+
+# The Python module built there (for the image's Python, CUDA on) and the Python tests on the
+# cuda backend: the module's GPU tests and hybridkv.hf's equivalence tests on CUDA.
+pymod() {
+  local d=$B/deps
+  export LD_LIBRARY_PATH=$d/lib:${LD_LIBRARY_PATH:-}
+  # The image's default compiler (/opt/gcc) links libstdc++ statically: a module built so and
+  # loaded next to torch (which loads the shared libstdc++) crashed in iostream's locale. The
+  # system g++ links it shared.
+  if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++; fi
+  {
+    python3 -c 'import sys, torch, transformers; print(sys.version, torch.__version__, transformers.__version__)'
+    cmake -S . -B /tmp/hkv-py -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRIDKV_PYTHON=ON \
+      -DHYBRIDKV_TESTS=OFF -DHYBRIDKV_BENCH=OFF -DPython_EXECUTABLE="$(command -v python3)" \
+      -DCMAKE_PREFIX_PATH="$d" -DOPENSSL_ROOT_DIR="$d" && cmake --build /tmp/hkv-py -j 16
+    echo "build rc=$?"
+  } > "$OUT/python_build.log" 2>&1
+  (cd /work/main && PYTHONPATH=/tmp/hkv-py/python timeout 400 python3 -m pytest -v -p no:cacheprovider \
+    python/tests -rs > "$OUT/python_tests.log" 2>&1
+   echo "pytest rc=$?" >> "$OUT/python_tests.log")
 }
 
 all() {

@@ -30,9 +30,7 @@ def cuda_manager(gpu, host):
 
 def test_gpu_views_are_cuda_arrays_and_states_survive_offload():
     h = cuda_manager(gpu=128 << 20, host=2 << 30)
-    others = range(2, 22)
-    for rid in (1, *others):
-        h.add_request(rid, list(range(rid * 10, rid * 10 + 40)))
+    h.add_request(1, list(range(10, 50)))
     h.resume(1)
     h.resize(1, 40, 0)
     h.resize(1, 40, 40)
@@ -44,12 +42,23 @@ def test_gpu_views_are_cuda_arrays_and_states_survive_offload():
     t[int(state[0])].copy_(pattern)
     torch.cuda.synchronize()
     h.suspend(1)
-    # Other requests take the GPU state slots until request 1's state moves to the host.
-    for rid in others:
+    h.take_iteration_stats()
+    # Other requests commit snapshots into the GPU state pool until request 1's state moves to
+    # the host tier (max_batch bounds the living caches: each is freed after its step).
+    offloaded = 0
+    for rid in range(2, 80):
+        h.add_request(rid, list(range(rid * 50, rid * 50 + 40)))
         h.resume(rid)
         h.resize(rid, 40, 0)
-        h.suspend(rid)
+        h.resize(rid, 40, 40)
+        h.commit_at_snapshot(rid)
+        h.free_request(rid)
+        offloaded += h.take_iteration_stats()["bytes_offloaded"]
+        if offloaded:
+            break
+    assert offloaded > 0
     h.resume(1)
+    assert h.take_iteration_stats()["bytes_onboarded"] > 0
     state, _, _ = h.decode_step(np.array([1], dtype=np.uint64))
     h.synchronize()
     t = torch.from_dlpack(h.buffer_view(hk.TierKind.GPU, 0, "ssm_state"))

@@ -2,7 +2,7 @@
 # The GPU runs of the CUDA backend, on the GPU machine (device tool), from binaries built on the
 # development machine and carried in gpu_bin/ (scripts/gpu_pack.sh). Logs go to $OUT (at most 8
 # files come back).
-#   bash scripts/gpu_session.sh suite|bench|final|sanitize|pymod|all
+#   bash scripts/gpu_session.sh suite|bench|final|sanitize|pymod|hf|all
 set -u
 OUT=${OUT:-/tmp/hkv-out}
 mkdir -p "$OUT" /work
@@ -98,6 +98,7 @@ pymod() {
   if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++; fi
   {
     python3 -c 'import sys, torch, transformers; print(sys.version, torch.__version__, transformers.__version__)'
+    rm -rf /tmp/hkv-py
     cmake -S . -B /tmp/hkv-py -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRIDKV_PYTHON=ON \
       -DHYBRIDKV_TESTS=OFF -DHYBRIDKV_BENCH=OFF -DPython_EXECUTABLE="$(command -v python3)" \
       -DCMAKE_PREFIX_PATH="$d" -DOPENSSL_ROOT_DIR="$d" && cmake --build /tmp/hkv-py -j 16
@@ -106,6 +107,18 @@ pymod() {
   (cd /work/main && PYTHONPATH=/tmp/hkv-py/python timeout 400 python3 -m pytest -v -p no:cacheprovider \
     python/tests -rs > "$OUT/python_tests.log" 2>&1
    echo "pytest rc=$?" >> "$OUT/python_tests.log")
+}
+
+# pymod, then hybridkv.hf's per-family report and example on CUDA.
+hf() {
+  pymod
+  cd /work/main
+  export PYTHONPATH=/tmp/hkv-py/python
+  timeout 300 python3 bench/hf_report.py --device cuda > "$OUT/hf_report.md" 2>&1
+  echo "rc=$?" >> "$OUT/hf_report.md"
+  for f in nemotron_h qwen3_next falcon_h1 jamba gemma3_text; do
+    echo "== $f"; timeout 100 python3 examples/hf_prefix_reuse.py --family "$f" --device cuda
+  done > "$OUT/hf_example.txt" 2>&1
 }
 
 all() {

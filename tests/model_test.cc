@@ -101,6 +101,34 @@ TEST(ModelConfig, LayerLayoutsFollowEachFamilysSpelling) {
             (std::vector<uint32_t>{6, 12, 18, 24, 30, 36, 42, 47, 51}));
 }
 
+// transformers 5 writes Nemotron-H's pattern as a layers_block_type list (its own cache names
+// included); it reads as the same layers as hybrid_override_pattern.
+TEST(ModelConfig, NemotronLayersBlockTypeEqualsThePattern) {
+  const std::string common = R"("model_type": "nemotron_h", "num_hidden_layers": 4,
+      "num_key_value_heads": 2, "head_dim": 16, "mamba_num_heads": 4, "mamba_head_dim": 16,
+      "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4, )";
+  Result<ModelDescription> pattern = parse_model_config(
+      "{" + common + R"("hybrid_override_pattern": "M*M-"})", ModelOptions{}, "pattern");
+  Result<ModelDescription> list = parse_model_config(
+      "{" + common +
+          R"("layers_block_type": ["linear_attention", "full_attention", "mamba", "mlp"]})",
+      ModelOptions{}, "list");
+  ASSERT_TRUE(pattern.is_ok()) << pattern.status().to_string();
+  ASSERT_TRUE(list.is_ok()) << list.status().to_string();
+  ASSERT_EQ(list->layers.size(), pattern->layers.size());
+  for (size_t i = 0; i < list->layers.size(); ++i) {
+    EXPECT_EQ(list->layers[i].model_layer, pattern->layers[i].model_layer);
+    EXPECT_EQ(list->layers[i].mixer, pattern->layers[i].mixer);
+  }
+  EXPECT_EQ(list->state_bytes_per_sequence(), pattern->state_bytes_per_sequence());
+  Result<ModelDescription> bad = parse_model_config(
+      "{" + common + R"("layers_block_type": ["mamba", "conv", "mamba", "mlp"]})", ModelOptions{},
+      "bad");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("layers_block_type[1]"), std::string::npos)
+      << bad.status().to_string();
+}
+
 TEST(ModelConfig, ParallelHybridLayerBecomesTwoCacheLayers) {
   const ModelDescription m = read_ok("falcon_h1_7b.json");
   ASSERT_EQ(m.layers.size(), 88u);

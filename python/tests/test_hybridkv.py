@@ -66,6 +66,26 @@ def test_model_from_a_dict_equals_the_file():
         hk.read_model_config(str(ROOT / "no_such_config.json"))
 
 
+def test_model_layers_dtypes_and_non_finite_fields():
+    import json
+
+    with open(NEMOTRON) as f:
+        config = json.load(f)
+    config["time_step_limit"] = [0.0, float("inf")]  # transformers writes Infinity here
+    m = hk.read_model_config(config, conv_dtype="float32")
+    mamba = [d for d in m.layers if d["mixer"] == "mamba2"]
+    attention = [d for d in m.layers if d["mixer"] == "attention"]
+    assert (len(mamba), len(attention)) == (24, 4)
+    assert attention[0]["model_layer"] == 7 and attention[0]["kv_heads"] == 8
+    assert mamba[0]["conv_kernel"] == 4 and mamba[0]["conv_elements"] == mamba[0]["conv_dim"] * 3
+    # conv fp32: twice the bf16 conv bytes of the file's defaults
+    bf16 = hk.read_model_config(NEMOTRON)
+    conv = sum(d["conv_elements"] for d in mamba)
+    assert m.state_bytes_per_sequence - bf16.state_bytes_per_sequence == 2 * conv
+    with pytest.raises(ValueError, match="conv_dtype: 'f33' is not a dtype"):
+        hk.read_model_config(NEMOTRON, conv_dtype="f33")
+
+
 def test_plan_reports_match_the_command_line():
     m = hk.read_model_config(NEMOTRON)
     text = hk.plan_text(m, hk.ServingConfig())

@@ -30,7 +30,7 @@ def _tensor(array):
 class PagedModel:
     """A HuggingFace causal LM whose caches are hybridkv's pages and state slots."""
 
-    def __init__(self, model, *, tokens_per_block=16, gpu_bytes=8 << 20, host_bytes=64 << 20,
+    def __init__(self, model, *, tokens_per_block=16, gpu_bytes=256 << 20, host_bytes=512 << 20,
                  snapshots=None, max_batch=4, num_spec_tokens=0, snapshot_dtype=None,
                  backend=hk.BackendKind.HOST, device=0):
         self.model = model.eval()

@@ -40,9 +40,7 @@ def single(model, kind):
 def reuse(model, kind):
     pm = PagedModel(model, backend=kind, gpu_bytes=2 << 20)
     first = hm.prompt(96, seed=2)
-    pm.add_request(1, first)
-    pm.generate(1, 4)
-    pm.finish(1)
+    hm.serve(pm, 1, first, 4)
     second = first[:80] + hm.prompt(16, seed=3)
     reused = pm.add_request(2, second)
     before = pm.forward_tokens
@@ -66,21 +64,10 @@ def speculative(model, kind):
     p = hm.prompt(64, seed=6)
     ref_tokens, ref_logits = hm.reference(model, p, NEW + 4)
     pm.add_request(1, p)
-    logits = [pm.prefill(1)]
-    tokens = [int(logits[0].argmax())]
-    accepted = rejected = step = 0
-    while len(tokens) < NEW:
-        ahead = ref_tokens[len(tokens) : len(tokens) + 3]
-        drafts = [t if (step + i) % 3 != 2 else (t + 1) % hm.VOCAB for i, t in enumerate(ahead)]
-        new, new_logits = pm.verify(1, tokens[-1], drafts)
-        accepted += len(new) - 1
-        rejected += len(drafts) - (len(new) - 1)
-        tokens += new
-        logits += list(new_logits)
-        step += 1
+    tokens, logits, acc, rej = hm.speculate(pm, 1, ref_tokens, NEW)
     n = min(len(tokens), NEW + 4)
     same = tokens[:n] == ref_tokens[:n]
-    return same, diff(torch.stack(logits[:n]), ref_logits[:n]), accepted, rejected
+    return same, diff(logits[:n], ref_logits[:n]), acc, rej
 
 
 def snapshot_drift(model, kind, dtype, steps=256):
@@ -89,9 +76,7 @@ def snapshot_drift(model, kind, dtype, steps=256):
     pm = PagedModel(model, backend=kind, gpu_bytes=8 << 20, host_bytes=64 << 20,
                     snapshot_dtype=dtype)
     first = hm.prompt(64, seed=8)
-    pm.add_request(1, first)
-    pm.generate(1, 2)
-    pm.finish(1)
+    hm.serve(pm, 1, first, 2)
     second = first[:48] + hm.prompt(16, seed=9)
     reused = pm.add_request(2, second)
     ref_tokens, ref_logits = hm.reference(model, second, steps)

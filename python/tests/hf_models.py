@@ -58,3 +58,29 @@ def reference(model, tokens, new_tokens: int):
                          min_new_tokens=new_tokens, do_sample=False, output_logits=True,
                          return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
     return out.sequences[0, len(tokens):].tolist(), torch.stack([l[0] for l in out.logits]).float()
+
+
+def serve(engine, request_id, tokens, new_tokens):
+    """One request to its end: prefill, greedy decode, commit (prompt + answer) and free."""
+    engine.add_request(request_id, tokens)
+    engine.generate(request_id, new_tokens)
+    engine.finish(request_id)
+
+
+def speculate(engine, request_id, ref_tokens, count, k=3):
+    """Speculative decoding of `count` tokens with k drafts a step by a fixed rule: the drafts are
+    the reference's next tokens, every third one wrong. Returns (tokens, logits, accepted,
+    rejected)."""
+    logits = [engine.prefill(request_id)]
+    tokens = [int(logits[0].argmax())]
+    accepted = rejected = step = 0
+    while len(tokens) < count:
+        ahead = ref_tokens[len(tokens) : len(tokens) + k]
+        drafts = [t if (step + i) % 3 != 2 else (t + 1) % VOCAB for i, t in enumerate(ahead)]
+        new, new_logits = engine.verify(request_id, tokens[-1], drafts)
+        accepted += len(new) - 1
+        rejected += len(drafts) - (len(new) - 1)
+        tokens += new
+        logits += list(new_logits)
+        step += 1
+    return tokens, torch.stack(logits), accepted, rejected

@@ -81,9 +81,7 @@ def test_single_request(family, backend):
 def test_prefix_reuse_never_recomputes(family, backend):
     pm = paged(family, backend)
     first = hm.prompt(48, seed=2)
-    pm.add_request(1, first)
-    pm.generate(1, 4)
-    pm.finish(1)
+    hm.serve(pm, 1, first, 4)
     second = first[:40] + hm.prompt(12, seed=3)
     before = pm.forward_tokens
     reused = pm.add_request(2, second)
@@ -109,9 +107,7 @@ def test_suspend_to_host_and_resume(family, backend):
     pm.manager.take_iteration_stats()
     offloaded = 0
     for rid in range(2, 40):  # others take the GPU slots until request 1's pages move to the host
-        pm.add_request(rid, hm.prompt(160, seed=10 + rid))
-        pm.generate(rid, 2)
-        pm.finish(rid)
+        hm.serve(pm, rid, hm.prompt(160, seed=10 + rid), 2)
         offloaded += pm.manager.take_iteration_stats()["bytes_offloaded"]
         if offloaded and rid >= 4:
             break
@@ -146,22 +142,10 @@ def test_speculative_decoding_with_rejected_drafts(family, backend):
     p = hm.prompt(40, seed=6)
     ref_tokens, ref_logits = hm.reference(pm.model, p, NEW + 4)
     pm.add_request(1, p)
-    logits = [pm.prefill(1)]
-    tokens = [int(logits[0].argmax())]
-    accepted = rejected = step = 0
-    while len(tokens) < NEW:
-        # The fixed rule: drafts are the reference's next tokens, every third one wrong.
-        ahead = ref_tokens[len(tokens) : len(tokens) + 3]
-        drafts = [t if (step + i) % 3 != 2 else (t + 1) % hm.VOCAB for i, t in enumerate(ahead)]
-        new, new_logits = pm.verify(1, tokens[-1], drafts)
-        accepted += len(new) - 1
-        rejected += len(drafts) - (len(new) - 1)
-        tokens += new
-        logits += list(new_logits)
-        step += 1
+    tokens, logits, accepted, rejected = hm.speculate(pm, 1, ref_tokens, NEW)
     assert accepted > 0 and rejected > 0 and pm.replayed_tokens > 0
     n = min(len(tokens), NEW + 4)
-    assert_same(tokens[:n], torch.stack(logits[:n]), ref_tokens[:n], ref_logits[:n], VERIFY_TOL)
+    assert_same(tokens[:n], logits[:n], ref_tokens[:n], ref_logits[:n], VERIFY_TOL)
 
 
 def _corrupt_state(pm):

@@ -129,6 +129,19 @@ TEST(ModelConfig, NemotronLayersBlockTypeEqualsThePattern) {
       << bad.status().to_string();
 }
 
+// Granite-4.0-H's layer_types as transformers 5 writes them (its cache names).
+TEST(ModelConfig, GraniteTakesTransformersLayerNames) {
+  Result<ModelDescription> m = parse_model_config(
+      R"({"model_type": "granitemoehybrid", "num_hidden_layers": 3, "hidden_size": 64,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "mamba_n_heads": 8,
+          "mamba_d_head": 16, "mamba_d_state": 16, "mamba_n_groups": 2, "mamba_d_conv": 4,
+          "layer_types": ["linear_attention", "full_attention", "mamba"]})",
+      ModelOptions{}, "granite");
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->num_attention_layers(), 1u);
+  EXPECT_EQ(m->num_recurrent_layers(), 2u);
+}
+
 TEST(ModelConfig, ParallelHybridLayerBecomesTwoCacheLayers) {
   const ModelDescription m = read_ok("falcon_h1_7b.json");
   ASSERT_EQ(m.layers.size(), 88u);
@@ -240,7 +253,8 @@ TEST(ModelConfig, BadConfigsNameTheFieldAndValue) {
       {R"({"model_type": "nemotron_h", "hybrid_override_pattern": "M*X"})",
        "field 'hybrid_override_pattern': character 'X' at 2 is not one of M * - E"},
       {R"({"model_type": "granitemoehybrid", "layer_types": ["mamba", "mlp"]})",
-       "field 'layer_types[1]': \"mlp\" is not one of attention, mamba"},
+       "field 'layer_types[1]': \"mlp\" is not one of attention, full_attention, linear_attention, "
+       "mamba"},
       {R"({"model_type": "kimi_linear", "num_hidden_layers": 2, "linear_attn_config": 3})",
        "field 'linear_attn_config': 3 must be an object"},
       {R"({"model_type": "kimi_linear", "num_hidden_layers": 2,

@@ -30,10 +30,18 @@ FAMILIES = {
         _BASE, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
         expert_layer_period=2, expert_layer_offset=1, num_experts=2, mamba_d_state=8,
         mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=8),
+    "granitemoehybrid": dict(  # Granite-4.0-H: Mamba2 + attention, MoE
+        _BASE, num_hidden_layers=4, layer_types=["mamba", "attention", "mamba", "attention"],
+        mamba_n_heads=8, mamba_d_head=16, mamba_expand=2, mamba_d_state=16, mamba_n_groups=2,
+        mamba_d_conv=4, mamba_chunk_size=16, num_local_experts=2, num_experts_per_tok=1,
+        shared_intermediate_size=64),
     "gemma3_text": dict(  # sliding-window (8 tokens) and full attention
         _BASE, num_hidden_layers=4, sliding_window=8, sliding_window_pattern=2),
+    "gpt_oss": dict(  # sliding-window (8 tokens) and full attention with sinks, MoE
+        _BASE, num_hidden_layers=4, sliding_window=8, num_local_experts=4, num_experts_per_tok=2,
+        layer_types=["sliding_attention", "full_attention"] * 2),
 }
-RECURRENT = [f for f in FAMILIES if f != "gemma3_text"]
+RECURRENT = [f for f in FAMILIES if f not in ("gemma3_text", "gpt_oss")]
 
 
 def make_model(family: str, device="cpu", dtype=torch.float32, seed=0):

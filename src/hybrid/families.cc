@@ -321,12 +321,14 @@ void read_falcon_h1(const Fields& f, ModelDescription& out, Builder& b) {
 }
 
 void read_granite(const Fields& f, ModelDescription& out, Builder& b) {
-  const std::vector<std::string> types = layer_types(f, "layer_types", {"attention", "mamba"});
+  // transformers 5 writes its cache names (full_attention / linear_attention) here.
+  const std::vector<std::string> types =
+      layer_types(f, "layer_types", {"attention", "mamba", "full_attention", "linear_attention"});
   check_layer_count(f, types.size());
   const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
   const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
   for (size_t i = 0; i < types.size(); ++i) {
-    if (types[i] == "attention") {
+    if (types[i] == "attention" || types[i] == "full_attention") {
       b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
             head_dim, std::nullopt);
     } else {

@@ -162,6 +162,14 @@ class HybridCacheManager:
         One buffer of one layer as a numpy array [slots, elements] over the manager's memory (row = slot index; bf16 shows as uint16).
         """
 
+    def state_index(self, request_id: int, group: int | None = None, beam: int = 0) -> int:
+        """
+        The GPU slot of an ACTIVE request's recurrent state (row of buffer_view's 'ssm_state' / 'conv_state'); `group` defaults to the state group.
+        """
+
+    def buffer_group(self, layer: int, role: str) -> int:
+        """The cache group that holds one buffer (its block tables)."""
+
     def block_table(self, request_id: int, group: int, beam: int = 0) -> list[int]:
         """
         A copy of the request's block table for a cache group (per-step handoff: decode_step).
@@ -490,6 +498,12 @@ class ModelDescription:
     @property
     def num_recurrent_layers(self) -> int: ...
 
+    @property
+    def layers(self) -> list:
+        """
+        The cache layers: dicts of cache_layer, model_layer, mixer ('attention', 'mamba2', ...), window, kv_heads, head_dim, conv_elements, ssm_elements and the recurrent shape (num_heads, state_size, n_groups, d_inner, conv_dim, conv_kernel).
+        """
+
 class OutOfPagesError(HybridKvError):
     pass
 
@@ -776,9 +790,9 @@ def plan_json(model: ModelDescription, serving: ServingConfig) -> str:
 def plan_text(model: ModelDescription, serving: ServingConfig) -> str:
     """The storage plan as `hybridkv plan` prints it."""
 
-def read_model_config(source: object, tp: int = 1, kv_dtype: str | None = None, ssm_dtype: str | None = None) -> ModelDescription:
+def read_model_config(source: object, tp: int = 1, kv_dtype: str | None = None, ssm_dtype: str | None = None, conv_dtype: str | None = None) -> ModelDescription:
     """
-    A HuggingFace config.json (a path, or the parsed dict) as a ModelDescription.
+    A HuggingFace config.json (a path, or the parsed dict) as a ModelDescription; dtypes by name ('f32', 'bf16', ...).
     """
 
 def run_cli(argv: Sequence[str]) -> int:

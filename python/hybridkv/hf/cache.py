@@ -162,4 +162,4 @@ class PagedCache(Cache):
         return self.view.position
 
     def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("hybridkv pages are rolled back by PagedModel.rollback")
+        raise NotImplementedError("hybridkv pages are not cropped: PagedModel.verify rolls back rejected drafts")

@@ -136,6 +136,10 @@ class PagedModel:
         view = self._request_view(request_id, r["position"], len(tokens))
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         out = self.model(input_ids=ids, past_key_values=self.cache_for(view), use_cache=True)
+        if self.device is not None:
+            # The manager's copies (snapshots, offloads) read what the model wrote: let the
+            # model's stream finish first (an engine would hand the manager an event instead).
+            torch.cuda.current_stream(self.device).synchronize()
         self.forward_tokens += len(tokens)
         if advance:
             self._advance(request_id, r["position"] + len(tokens))
@@ -157,7 +161,7 @@ class PagedModel:
             logits = self.forward(request_id, r["prompt"][r["position"] : end])
             self.manager.commit_at_snapshot(request_id)
             self.manager.synchronize()  # the snapshot copy read the state slot
-        if logits is None:  # the whole prompt was reused: recompute the last token's logits
+        if logits is None:  # the manager leaves the last prompt token to compute: not reached
             raise RuntimeError("prefill: nothing to compute (the whole prompt was reused)")
         return logits[-1]
 

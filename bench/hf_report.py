@@ -93,7 +93,8 @@ def main():
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     kind = hk.BackendKind.CUDA if args.device == "cuda" else hk.BackendKind.HOST
-    print(f"| family | one request | prefix reuse (reused / computed prompt tokens) | chunked prefill "
+    print(f"| family | one request | prefix reuse (reused / computed prompt tokens) "
+          f"| chunked prefill "
           f"| speculative (accepted / rejected drafts) | bf16 snapshot: drift, agreement over 256 "
           f"| fp32 snapshot: drift, agreement |")
     print("|---|---|---|---|---|---|---|")

@@ -56,10 +56,12 @@ class PagedAttention(CacheLayerMixin):
         table = self.view.tables[self.group]
         blocks = pos // self.tokens_per_block
         if int(blocks.max()) >= table.numel():
-            raise RuntimeError(f"position {end - 1} is past the block table ({table.numel()} blocks)")
+            raise RuntimeError(
+                f"position {end - 1} is past the block table ({table.numel()} blocks)")
         slots = table[blocks]
         if bool((slots == BAD_PAGE).any()):
-            raise RuntimeError(f"a page of positions [{begin}, {end}) is not resident (group {self.group})")
+            raise RuntimeError(
+                f"a page of positions [{begin}, {end}) is not resident (group {self.group})")
         return slots, pos % self.tokens_per_block
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -162,4 +164,5 @@ class PagedCache(Cache):
         return self.view.position
 
     def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("hybridkv pages are not cropped: PagedModel.verify rolls back rejected drafts")
+        raise NotImplementedError(
+            "hybridkv pages are not cropped: PagedModel.verify rolls back rejected drafts")

@@ -23,7 +23,8 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.floa
 
 def _tensor(array):
     """A hybridkv buffer view (numpy, or a CUDA DLPack array) as a torch tensor, no copy."""
-    t = torch.from_numpy(array) if hasattr(array, "__array_interface__") else torch.from_dlpack(array)
+    on_host = hasattr(array, "__array_interface__")
+    t = torch.from_numpy(array) if on_host else torch.from_dlpack(array)
     return t.view(torch.bfloat16) if t.dtype == torch.uint16 else t  # bf16 shows as uint16
 
 
@@ -93,8 +94,11 @@ class PagedModel:
         layers = []
         for i in range(self.model.config.get_text_config(decoder=True).num_hidden_layers):
             entry = self._layers.get(i, {})
-            attention = PagedAttention(**entry["attention"], view=view) if "attention" in entry else None
-            state = PagedState(**entry["state"], view=view) if "state" in entry else None
+            attention = state = None
+            if "attention" in entry:
+                attention = PagedAttention(**entry["attention"], view=view)
+            if "state" in entry:
+                state = PagedState(**entry["state"], view=view)
             if attention is not None and state is not None:
                 layers.append(PagedHybrid(attention, state))
             else:

@@ -12,6 +12,8 @@ checkpoint taken before the verify step and the accepted tokens are replayed thr
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import hybridkv as hk
@@ -72,10 +74,15 @@ class PagedModel:
                     values=self._view(cl, "value").reshape(shape),
                     group=self.manager.buffer_group(cl, "key"), window=d["window"])
             elif d["mixer"] in ("mamba1", "mamba2", "gdn"):
+                conv_shape, ssm_shape = (d["conv_dim"], d["conv_kernel"] - 1), self._ssm_shape(d)
+                if math.prod(ssm_shape) != d["ssm_elements"] or \
+                        math.prod(conv_shape) != d["conv_elements"]:
+                    raise ValueError(f"cache layer {cl}: the plan's state ({d['ssm_elements']} + "
+                                     f"{d['conv_elements']} elements) is not the model's "
+                                     f"{ssm_shape} + {conv_shape}")
                 entry["state"] = dict(
                     conv=self._view(cl, "conv_state"), ssm=self._view(cl, "ssm_state"),
-                    conv_shape=(d["conv_dim"], d["conv_kernel"] - 1),
-                    ssm_shape=self._ssm_shape(d))
+                    conv_shape=conv_shape, ssm_shape=ssm_shape)
             else:
                 raise ValueError(f"model layer {d['model_layer']}: mixer '{d['mixer']}' is not "
                                  "supported by hybridkv.hf")

@@ -23,7 +23,7 @@ build/venv/bin/pip install -q --no-build-isolation --no-deps . >/tmp/hybridkv-pi
   { cat /tmp/hybridkv-pip-install.log; exit 1; }
 root=$PWD
 (cd /tmp && "$root/build/venv/bin/python" -c \
-  'import hybridkv, sys; sys.exit(hybridkv.main(["plan", "--help"]) != 0)' >/dev/null)
+  'import hybridkv, hybridkv.hf, sys; sys.exit(hybridkv.main(["plan", "--help"]) != 0)' >/dev/null)
 
 echo "== sanitizer build (build/asan: Debug with ASan + UBSan; invariants checked after every mutation)"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHYBRIDKV_SANITIZE=ON \

@@ -43,6 +43,15 @@ class Manager {
   void call(Fn&& fn) {
     raise_if_error(locked(std::forward<Fn>(fn)));
   }
+  // Runs `fn(manager, cache)` on one request's cache (KeyError when there is none).
+  template <typename Fn>
+  void on_request(uint64_t id, Fn&& fn) {
+    call([&](HybridCacheManager& h) -> Status {
+      KvCache* c = h.cache(id);
+      if (c == nullptr) return Status::not_found("no request " + std::to_string(id));
+      return fn(h, *c);
+    });
+  }
 
   HybridCacheManager& h() { return *h_; }
 
@@ -124,12 +133,25 @@ class Manager {
 
 std::vector<int32_t> copy_table(Manager& m, uint64_t id, uint32_t group, uint32_t beam) {
   std::vector<int32_t> out;
-  m.call([&](HybridCacheManager& h) -> Status {
-    KvCache* c = h.cache(id);
-    if (c == nullptr) return Status::not_found("no request " + std::to_string(id));
-    Result<std::span<const int32_t>> t = c->block_table(CacheGroupId(group), beam);
+  m.on_request(id, [&](HybridCacheManager&, KvCache& c) -> Status {
+    Result<std::span<const int32_t>> t = c.block_table(CacheGroupId(group), beam);
     if (!t) return t.status();
     out.assign(t->begin(), t->end());
+    return Status::ok();
+  });
+  return out;
+}
+
+// The GPU slot of a request's recurrent state in `group` (default: the state group).
+int32_t state_index(Manager& m, uint64_t id, std::optional<uint32_t> group, uint32_t beam) {
+  int32_t out = kBadPageIndex;
+  m.on_request(id, [&](HybridCacheManager& h, KvCache& c) -> Status {
+    const std::optional<CacheGroupId> g =
+        group ? std::optional<CacheGroupId>(CacheGroupId(*group)) : h.state_group();
+    if (!g) return Status::invalid("state_index: the model has no state group");
+    Result<int32_t> index = c.state_index(*g, beam);
+    if (!index) return index.status();
+    out = *index;
     return Status::ok();
   });
   return out;
@@ -286,13 +308,11 @@ void bind_requests(nb::class_<Manager>& cls) {
             nb::dict d;
             uint64_t history = 0, capacity = 0, reused = 0;
             CacheState state = CacheState::kClosed;
-            m.call([&](HybridCacheManager& h) -> Status {
-              KvCache* c = h.cache(id);
-              if (c == nullptr) return Status::not_found("no request " + std::to_string(id));
-              history = c->history();
-              capacity = c->capacity();
-              reused = c->reuse_match().reused_tokens;
-              state = c->state();
+            m.on_request(id, [&](HybridCacheManager&, KvCache& c) -> Status {
+              history = c.history();
+              capacity = c.capacity();
+              reused = c.reuse_match().reused_tokens;
+              state = c.state();
               return Status::ok();
             });
             d["history"] = history;
@@ -309,26 +329,9 @@ void bind_steps(nb::class_<Manager>& cls) {
   cls.def("buffer_view", &buffer_view, "tier"_a, "layer"_a, "role"_a,
           "One buffer of one layer as a numpy array [slots, elements] over the manager's memory "
           "(row = slot index; bf16 shows as uint16).");
-  cls.def(
-         "state_index",
-         [](Manager& m, uint64_t id, std::optional<uint32_t> group, uint32_t beam) {
-           int32_t out = kBadPageIndex;
-           m.call([&](HybridCacheManager& h) -> Status {
-             KvCache* c = h.cache(id);
-             if (c == nullptr) return Status::not_found("no request " + std::to_string(id));
-             const std::optional<CacheGroupId> g =
-                 group ? std::optional<CacheGroupId>(CacheGroupId(*group)) : h.state_group();
-             if (!g) return Status::invalid("state_index: the model has no state group");
-             Result<int32_t> index = c->state_index(*g, beam);
-             if (!index) return index.status();
-             out = *index;
-             return Status::ok();
-           });
-           return out;
-         },
-         "request_id"_a, "group"_a = nb::none(), "beam"_a = 0,
-         "The GPU slot of an ACTIVE request's recurrent state (row of buffer_view's "
-         "'ssm_state' / 'conv_state'); `group` defaults to the state group.")
+  cls.def("state_index", &state_index, "request_id"_a, "group"_a = nb::none(), "beam"_a = 0,
+          "The GPU slot of an ACTIVE request's recurrent state (row of buffer_view's "
+          "'ssm_state' / 'conv_state'); `group` defaults to the state group.")
       .def(
           "buffer_group",
           [](Manager& m, uint32_t layer, const std::string& role) {

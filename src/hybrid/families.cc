@@ -178,6 +178,21 @@ std::vector<std::string> layer_types(const Fields& f, const char* key,
   return out;
 }
 
+// A layer-type list that may also use the names transformers 5 writes for its caches
+// (full_attention for attention, linear_attention for mamba): read as the family's own names.
+std::vector<std::string> transformers_layer_types(const Fields& f, const char* key,
+                                                  std::set<std::string> allowed) {
+  static const std::pair<const char*, const char*> kAliases[] = {{"full_attention", "attention"},
+                                                                 {"linear_attention", "mamba"}};
+  for (const auto& [alias, name] : kAliases)
+    if (allowed.count(name)) allowed.insert(alias);
+  std::vector<std::string> types = layer_types(f, key, allowed);
+  for (std::string& t : types)
+    for (const auto& [alias, name] : kAliases)
+      if (t == alias) t = name;
+  return types;
+}
+
 void check_layer_count(const Fields& f, size_t listed) {
   if (f.has("num_hidden_layers") && f.positive("num_hidden_layers") != listed) {
     f.fail("num_hidden_layers", std::to_string(f.positive("num_hidden_layers")) +
@@ -187,18 +202,13 @@ void check_layer_count(const Fields& f, size_t listed) {
 }
 
 // Nemotron-H's layer pattern: `hybrid_override_pattern` (M * - E), or the `layers_block_type`
-// list that transformers 5 writes (mamba / attention / mlp / moe, or its cache names
-// linear_attention / full_attention), as one pattern character per layer.
+// list that transformers 5 writes, as one pattern character per layer.
 std::string nemotron_pattern(const Fields& f) {
   if (!f.has("hybrid_override_pattern") && f.has("layers_block_type")) {
     std::string pattern;
     for (const std::string& t :
-         layer_types(f, "layers_block_type",
-                     {"mamba", "linear_attention", "attention", "full_attention", "mlp", "moe"})) {
-      pattern += t == "mamba" || t == "linear_attention"     ? 'M'
-                 : t == "attention" || t == "full_attention" ? '*'
-                 : t == "mlp"                                ? '-'
-                                                             : 'E';
+         transformers_layer_types(f, "layers_block_type", {"mamba", "attention", "mlp", "moe"})) {
+      pattern += t == "mamba" ? 'M' : t == "attention" ? '*' : t == "mlp" ? '-' : 'E';
     }
     return pattern;
   }
@@ -321,14 +331,13 @@ void read_falcon_h1(const Fields& f, ModelDescription& out, Builder& b) {
 }
 
 void read_granite(const Fields& f, ModelDescription& out, Builder& b) {
-  // transformers 5 writes its cache names (full_attention / linear_attention) here.
   const std::vector<std::string> types =
-      layer_types(f, "layer_types", {"attention", "mamba", "full_attention", "linear_attention"});
+      transformers_layer_types(f, "layer_types", {"attention", "mamba"});
   check_layer_count(f, types.size());
   const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
   const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
   for (size_t i = 0; i < types.size(); ++i) {
-    if (types[i] == "attention" || types[i] == "full_attention") {
+    if (types[i] == "attention") {
       b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
             head_dim, std::nullopt);
     } else {

@@ -52,13 +52,12 @@ class PagedAttention(CacheLayerMixin):
         return max(0, position - self.window + 1) if self.window else 0
 
     def _addresses(self, begin: int, end: int):
-        pos = torch.arange(begin, end, device=self.pages_k.device)
         table = self.view.tables[self.group]
-        blocks = pos // self.tokens_per_block
-        if int(blocks.max()) >= table.numel():
+        if (end - 1) // self.tokens_per_block >= table.numel():  # no device read to know it
             raise RuntimeError(
                 f"position {end - 1} is past the block table ({table.numel()} blocks)")
-        slots = table[blocks]
+        pos = torch.arange(begin, end, device=self.pages_k.device)
+        slots = table[pos // self.tokens_per_block]
         if bool((slots == BAD_PAGE).any()):
             raise RuntimeError(
                 f"a page of positions [{begin}, {end}) is not resident (group {self.group})")

@@ -114,6 +114,86 @@ TEST_F(EvictionOrder, DemotedPagesAreDroppedFirstAndNeverCopiedDown) {
   EXPECT_EQ(m_->probe_reuse({}, tokens).reused_tokens, 160u);
   EXPECT_EQ(testing::check_invariants(*m_), "");
 }
+// Snapshot pricing: a snapshot ages 1 / worth times as fast as a KV page, worth = depth /
+// (depth + the KV tokens its bytes would hold) times the resumes it served (at most 4).
+TEST_F(EvictionOrder, AShortPromptsSnapshotAgesFasterAndEachResumeSlowsIt) {
+  std::vector<int32_t> long_tokens = random_tokens(rng_, 200);
+  Request a = make_request(*m_, long_tokens, 200);
+  ASSERT_OK(a.cache->resume({}));
+  compute_snapshot(a, 160);
+  const std::vector<int32_t> short_tokens = random_tokens(rng_, 40);
+  Request b = make_request(*m_, short_tokens, 40);
+  ASSERT_OK(b.cache->resume({}));
+  compute_snapshot(b, 16);
+  auto age_class_at = [&](uint64_t end) {
+    for (const TreePage& t : testing::tree_pages(*m_)) {
+      if (t.group == kSsm && t.start + t.coverage == end) return int{t.age_class};
+    }
+    return -1;
+  };
+  const int short_class = age_class_at(16);
+  const int long_class = age_class_at(160);
+  EXPECT_GT(short_class, long_class);
+  EXPECT_GT(long_class, 4);  // still faster than KV: its own bytes are not free
+  ASSERT_OK(b.cache->close());
+  Request c = make_request(*m_, short_tokens, 40);  // resumes from b's snapshot
+  ASSERT_EQ(c.cache->reuse_match().reused_tokens, 16u);
+  EXPECT_LT(age_class_at(16), short_class);
+  EXPECT_EQ(testing::check_invariants(*m_), "");
+
+  LifecycleModel unpriced;
+  unpriced.snapshot_pricing = false;
+  auto m = make_manager(unpriced);
+  testing::FakeEngine engine(*m);
+  Request d = make_request(*m, short_tokens, 40);
+  ASSERT_OK(d.cache->resume({}));
+  ASSERT_OK(advance(engine, d, 16));
+  ASSERT_OK(testing::commit_computed(d));
+  for (const TreePage& t : testing::tree_pages(*m)) EXPECT_EQ(t.age_class, 4) << t.start;
+}
+
+// Under pressure on the state pool group, the short prompt's snapshot leaves the GPU before an
+// older one of a long prompt; without pricing the older one goes first.
+TEST(SnapshotPricing, TheCheaperSnapshotLeavesTheGpuFirst) {
+  for (const bool priced : {true, false}) {
+    SCOPED_TRACE(priced ? "priced" : "unpriced");
+    std::mt19937_64 rng(13);
+    LifecycleModel model;
+    model.snapshot_pricing = priced;
+    auto m = make_manager(model);
+    testing::FakeEngine engine(*m);
+    auto snapshot_at = [&](const std::vector<int32_t>& tokens, uint64_t upto) {
+      Request r = make_request(*m, tokens, tokens.size());
+      ASSERT_OK(r.cache->resume({}));
+      ASSERT_OK(advance(engine, r, upto));
+      ASSERT_OK(testing::commit_computed(r));
+      ASSERT_OK(r.cache->close());
+    };
+    snapshot_at(random_tokens(rng, 200), 160);  // older, long
+    snapshot_at(random_tokens(rng, 40), 16);    // newer, short
+    std::optional<BlockKey> long_key, short_key;
+    for (const TreePage& t : testing::tree_pages(*m)) {
+      if (t.group != kSsm) continue;
+      (t.start + t.coverage == 160 ? long_key : short_key) = t.key;
+    }
+    ASSERT_TRUE(long_key && short_key);
+    auto on_gpu = [&](const BlockKey& key) {
+      for (const TreePage& t : testing::tree_pages(*m)) {
+        if (t.group == kSsm && t.key == key) return t.tier == TierKind::kGpu;
+      }
+      return false;
+    };
+    // Fresh short snapshots until one of the two leaves the GPU.
+    int i = 0;
+    for (; i < 2000 && on_gpu(*long_key) && on_gpu(*short_key); ++i) {
+      snapshot_at(random_tokens(rng, 20), 16);
+    }
+    ASSERT_LT(i, 2000) << "the state pool group never came under pressure";
+    EXPECT_EQ(on_gpu(*long_key), priced);
+    EXPECT_EQ(on_gpu(*short_key), !priced);
+    EXPECT_EQ(testing::check_invariants(*m), "");
+  }
+}
 
 // One budget (issue 12 item 3): snapshots evicted while KV pages wait longer move slots to the
 // state pool group; bytes stay within the quota; no GPU pool group

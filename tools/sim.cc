@@ -88,9 +88,11 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   if (o.offload != "selective" && o.offload != "all")
     return Status::invalid("--offload: '" + o.offload + "' is not selective or all");
   serving.selective_offload = o.offload == "selective";
-  if (o.eviction != "snapshot-aware" && o.eviction != "lru")
-    return Status::invalid("--eviction: '" + o.eviction + "' is not snapshot-aware or lru");
-  serving.snapshot_aware_eviction = o.eviction == "snapshot-aware";
+  if (o.eviction != "priced" && o.eviction != "snapshot-aware" && o.eviction != "lru") {
+    return Status::invalid("--eviction: '" + o.eviction + "' is not priced, snapshot-aware or lru");
+  }
+  serving.snapshot_aware_eviction = o.eviction != "lru";
+  serving.snapshot_pricing = o.eviction == "priced";
   if (o.snapshot_dtype == "bf16") {
     serving.snapshot_dtype = DType::kBF16;
   } else if (o.snapshot_dtype != "fp32") {
@@ -257,7 +259,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "selective: evicted pages worth nothing to a hybrid request are dropped, not "
                   "copied down a tier; all: every evicted page that fits below is copied");
   sim->add_option("--eviction", o.eviction,
-                  "snapshot-aware: pages no request can resume from go first; lru: plain LRU");
+                  "priced: snapshot-aware, and snapshots age as fast as they are cheap (tokens "
+                  "saved per byte); snapshot-aware: pages no request can resume from go first; "
+                  "lru: plain LRU");
   sim->add_option("--snapshot-dtype", o.snapshot_dtype,
                   "fp32, or bf16: snapshots keep fp32 states in bf16 (half the bytes)");
   sim->add_option("--json", o.json, "write the report as JSON");

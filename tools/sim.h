@@ -26,11 +26,11 @@ struct SimOptions {
   bool attention_only = false;
   std::string arrival = "asap";  // asap | timestamps
   uint64_t step_ms = 10;
-  uint64_t typical_len = 8192;              // shapes the split between state and attention pools
-  std::string rebalance = "on";             // on: the pool groups trade slots while serving
-  std::string offload = "selective";        // selective: demoted pages are dropped, not copied down
-  std::string eviction = "snapshot-aware";  // or lru
-  std::string snapshot_dtype = "fp32";      // or bf16 (reduced-precision snapshots)
+  uint64_t typical_len = 8192;          // shapes the split between state and attention pools
+  std::string rebalance = "on";         // on: the pool groups trade slots while serving
+  std::string offload = "selective";    // selective: demoted pages are dropped, not copied down
+  std::string eviction = "priced";      // or snapshot-aware, lru
+  std::string snapshot_dtype = "fp32";  // or bf16 (reduced-precision snapshots)
   std::string json;
   std::string svg;
   std::string write_trace;  // the requests read, as Mooncake JSONL

@@ -111,6 +111,11 @@ struct ManagerConfig {
   // (KV past the deepest snapshot of every path under it, superseded snapshots): they are
   // evicted first. false: plain (priority, LRU) order.
   bool snapshot_aware_eviction = true;
+  // With snapshot_aware_eviction: each snapshot ages in its queue as fast as it is cheap, by
+  // tokens of recompute saved per byte (its depth against its bytes and the KV under it, times
+  // the resumes it served): a short prompt's snapshot goes before a long one's used as recently.
+  // false: snapshots age like KV pages.
+  bool snapshot_pricing = true;
   // Reduced-precision snapshots (opt-in): SSM snapshots in the prefix tree keep their fp32
   // buffers in this dtype (only kBF16) while live states stay fp32, converted on the copies
   // between them. The snapshots get a pool group of their own (PoolGroup::snapshots_of).

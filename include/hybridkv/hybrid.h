@@ -80,6 +80,7 @@ struct ServingConfig {
   bool pool_rebalance = false;          // ManagerConfig::pool_rebalance: the split follows use
   bool selective_offload = true;        // ManagerConfig::selective_offload
   bool snapshot_aware_eviction = true;  // ManagerConfig::snapshot_aware_eviction
+  bool snapshot_pricing = true;         // ManagerConfig::snapshot_pricing
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype (reduced precision)
   bool record_events = false;           // ManagerConfig::record_events (tree events)
   SnapshotPolicy snapshots;

@@ -128,6 +128,7 @@ void bind_configs(nb::module_& m) {
       .def_rw("pool_rebalance", &ServingConfig::pool_rebalance)
       .def_rw("selective_offload", &ServingConfig::selective_offload)
       .def_rw("snapshot_aware_eviction", &ServingConfig::snapshot_aware_eviction)
+      .def_rw("snapshot_pricing", &ServingConfig::snapshot_pricing)
       .def_rw("snapshot_dtype", &ServingConfig::snapshot_dtype)
       .def_rw("record_events", &ServingConfig::record_events)
       .def_rw("snapshots", &ServingConfig::snapshots);

@@ -188,6 +188,7 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
   c.pool_rebalance = s.pool_rebalance;
   c.selective_offload = s.selective_offload;
   c.snapshot_aware_eviction = s.snapshot_aware_eviction;
+  c.snapshot_pricing = s.snapshot_pricing;
   c.snapshot_dtype = s.snapshot_dtype;
   c.record_events = s.record_events;
   c.commit_min_snapshot = true;  // snapshot points need not be block-aligned

@@ -25,6 +25,7 @@ PrefixIndex::PrefixIndex(const StoragePlan& plan, storage::Storage& storage)
     : plan_(plan),
       storage_(storage),
       resume_group_(find_resume_group(plan)),
+      snapshot_tokens_(resume_group_ ? snapshot_tokens(plan, *resume_group_) : 0),
       tree_(plan.cache_groups().size()),
       hasher_(plan.config().block_hash) {
   stats_.groups.resize(plan.cache_groups().size());

@@ -114,6 +114,10 @@ class PrefixIndex final : public storage::PageObserver {
   void note_published(NodeId node, CacheGroupId group, storage::PageId page);
   void note_unpublished(NodeId node, CacheGroupId group);
   void note_served(storage::PageId page);
+  static double snapshot_tokens(const StoragePlan& plan, CacheGroupId group);
+  void price_snapshot(NodeId node, storage::PageId page);
+  // Resumes a snapshot's price counts at most (a system prompt's snapshot is still cheap).
+  static constexpr double kMaxPricedHits = 4;
   void count_resumable(NodeId id, int delta);
   NodeId superseded_by(NodeId id) const;
   void mark_superseded(NodeId id, bool demoted);
@@ -126,6 +130,7 @@ class PrefixIndex final : public storage::PageObserver {
   storage::Storage& storage_;
   // The SSM group a request resumes from (snapshot-aware eviction is off without one).
   std::optional<CacheGroupId> resume_group_;
+  double snapshot_tokens_ = 0;  // tokens of KV one snapshot's bytes would hold
   RadixTree tree_;
   BlockHasher hasher_;
   ReuseStats stats_;

@@ -7,9 +7,14 @@
 //  - dropping the last snapshot under a KV run demotes that run (the counts of Node::resumable
 //    fall to zero on the way up);
 //  - a snapshot superseded by a deeper one on a path that does not fork between them is demoted;
-//    it is promoted again when a match resumes from it or the deeper one goes.
-// Storage owns the queues; the index only tells it each page's verdict (Storage::set_demoted).
+//    it is promoted again when a match resumes from it or the deeper one goes;
+//  - with ManagerConfig::snapshot_pricing, a snapshot ages as fast as it is cheap: tokens of
+//    recompute saved per byte (price_snapshot).
+// Storage owns the queues; the index only tells it each page's verdict (Storage::set_demoted,
+// Storage::set_age_class).
 #include "prefix/prefix_index.h"
+
+#include <algorithm>
 
 namespace hybridkv::prefix {
 
@@ -24,9 +29,37 @@ std::optional<CacheGroupId> PrefixIndex::find_resume_group(const StoragePlan& pl
   return std::nullopt;
 }
 
+// Tokens of KV (all attention groups) that take the bytes of one snapshot of `group`.
+double PrefixIndex::snapshot_tokens(const StoragePlan& plan, CacheGroupId group) {
+  double kv_per_token = 0;
+  for (const CacheGroup& g : plan.cache_groups()) {
+    if (g.kind == GroupKind::kAttention)
+      kv_per_token += static_cast<double>(plan.pool_group(g.pool_group).slot_bytes) /
+                      plan.config().tokens_per_block;
+  }
+  const auto snapshot = static_cast<double>(
+      plan.pool_group(plan.cache_group(group).page_pool_group(true)).slot_bytes);
+  return kv_per_token > 0 ? snapshot / kv_per_token : 0;
+}
+
+// A snapshot at depth d saves d tokens of recompute per resume and takes the bytes of
+// snapshot_tokens_ tokens of KV besides the d tokens of KV it needs: it is worth
+// d / (d + snapshot_tokens_) of what the same bytes of KV alone are worth to an attention model
+// (1), times the resumes it has served (up to kMaxPricedHits). Its page ages 1 / worth times as
+// fast as a KV page (Page::age_class), so the snapshot of a short prompt goes before that of a
+// long one that was used as recently.
+void PrefixIndex::price_snapshot(NodeId node, PageId page) {
+  if (!plan_.config().snapshot_pricing) return;
+  const auto depth = static_cast<double>(tree_.node(node).end());
+  const double worth = depth / (depth + snapshot_tokens_);
+  const double hits = std::min<double>(storage_.page(page).hits + 1, kMaxPricedHits);
+  storage_.set_age_class(page, storage::age_class_for(1.0 / (worth * hits)));
+}
+
 void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page) {
   if (!resume_group_) return;
   if (group == *resume_group_) {
+    price_snapshot(node, page);
     count_resumable(node, +1);
     mark_superseded(node, true);
   } else if (plan_.cache_group(group).kind == GroupKind::kAttention) {
@@ -43,7 +76,9 @@ void PrefixIndex::note_unpublished(NodeId node, CacheGroupId group) {
 void PrefixIndex::note_served(PageId page) {
   storage_.note_hit(page);
   const storage::Page& p = storage_.page(page);
-  if (resume_group_ && p.group == *resume_group_ && p.demoted) storage_.set_demoted(page, false);
+  if (!resume_group_ || p.group != *resume_group_) return;
+  if (p.demoted) storage_.set_demoted(page, false);
+  price_snapshot(NodeId(p.owner), page);
 }
 
 // Adds `delta` to the node's count and carries each change between zero and non-zero to its

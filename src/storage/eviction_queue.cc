@@ -9,7 +9,7 @@ namespace hybridkv::storage {
 void EvictionQueue::push_back(PageId id) {
   Page& p = at(id);
   HKV_CHECK(p.queue == QueueKind::kNone, "page %u already queued", id.value);
-  Bucket& b = buckets_[p.rank()];
+  Bucket& b = buckets_[key(p)];
   p.queue = kind_;
   p.prev = b.tail;
   p.next = kNoPage;
@@ -24,9 +24,9 @@ void EvictionQueue::push_back(PageId id) {
 void EvictionQueue::remove(PageId id) {
   Page& p = at(id);
   HKV_CHECK(p.queue == kind_, "page %u is not in this queue", id.value);
-  auto it = buckets_.find(p.rank());
-  HKV_CHECK(it != buckets_.end(), "page %u: no bucket for rank %lld", id.value,
-            static_cast<long long>(p.rank()));
+  auto it = buckets_.find(key(p));
+  HKV_CHECK(it != buckets_.end(), "page %u: no bucket for rank %lld class %u", id.value,
+            static_cast<long long>(p.rank()), p.age_class);
   Bucket& b = it->second;
   if (p.prev != kNoPage)
     at(p.prev).next = p.next;
@@ -42,14 +42,26 @@ void EvictionQueue::remove(PageId id) {
   --size_;
 }
 
-PageId EvictionQueue::front() const {
-  return buckets_.empty() ? kNoPage : buckets_.begin()->second.head;
+PageId EvictionQueue::oldest_of_rank(Buckets::const_iterator it) const {
+  if (it == buckets_.end()) return kNoPage;
+  const int64_t rank = at(it->second.head).rank();
+  PageId best = it->second.head;
+  uint64_t best_age = at(best).weighted_age(*clock_);
+  for (++it; it != buckets_.end(); ++it) {
+    const Page& head = at(it->second.head);
+    if (head.rank() != rank) break;
+    const uint64_t age = head.weighted_age(*clock_);
+    if (age > best_age) best = it->second.head, best_age = age;
+  }
+  return best;
 }
+
+PageId EvictionQueue::front() const { return oldest_of_rank(buckets_.begin()); }
 
 PageId EvictionQueue::front_not_demoted() const {
   // Demoted ranks are below every priority (Page::rank).
-  const auto it = buckets_.lower_bound(std::numeric_limits<int32_t>::min());
-  return it == buckets_.end() ? kNoPage : it->second.head;
+  return oldest_of_rank(
+      buckets_.lower_bound(int64_t{std::numeric_limits<int32_t>::min()} * kAgeClasses));
 }
 
 std::vector<PageId> EvictionQueue::pages_in_order() const {

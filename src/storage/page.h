@@ -32,6 +32,14 @@ using OwnerTag = uint32_t;
 inline constexpr OwnerTag kNoOwner = UINT32_MAX;
 inline constexpr int32_t kDefaultPriority = 35;
 
+// Age classes: class c ages 2^((c - kNeutralAgeClass) / 4) times as fast as a neutral page
+// (class 0: 1/2; the last: about 9.5), so a page worth half as much per byte waits half as long.
+inline constexpr uint8_t kNeutralAgeClass = 4;
+inline constexpr uint8_t kAgeClasses = 18;
+uint64_t age_factor_256(uint8_t age_class);
+// The class whose factor is nearest `factor` (clamped to the range).
+uint8_t age_class_for(double factor);
+
 enum class PageState : uint8_t { kReleased, kLocked, kHeld, kDroppable };
 enum class QueueKind : uint8_t { kNone, kHeld, kDroppable };
 // The two kinds of reference a cache takes on a page.
@@ -54,9 +62,11 @@ struct Page {
   // dropped rather than copied down a tier.
   bool demoted = false;
   uint32_t hits = 0;      // times a match served the page since it was allocated
-  uint64_t lru_tick = 0;  // when the page became evictable (queue order within a priority)  // when
-                          // the page became evictable (queue order within a priority)
-  CopyEvent ready;        // last copy that wrote the page's slot
+  uint64_t lru_tick = 0;  // when the page became evictable (queue order within a priority)
+  // How fast the page ages in its queue (value-aware eviction): its wait counts
+  // age_factor_256(age_class) / 256 times; set by the owner from what the page is worth per byte.
+  uint8_t age_class = kNeutralAgeClass;
+  CopyEvent ready;  // last copy that wrote the page's slot
   // The copy of the page's last move to a colder tier, while it may not have run yet: in the
   // batch being collected (offload_pending) or submitted (offload_event, offload_index). A page
   // released before the copy ran has it cancelled.
@@ -71,6 +81,10 @@ struct Page {
   bool owned() const { return owner != kNoOwner; }
   // Eviction order: rank ascending (demoted pages first, then by priority), then LRU.
   int64_t rank() const { return demoted ? int64_t{priority} - (int64_t{1} << 32) : priority; }
+  // Its wait at `now`, in neutral ticks: the queues evict the longest wait of the lowest rank.
+  uint64_t weighted_age(uint64_t now) const {
+    return (now - lru_tick) * age_factor_256(age_class) / 256;
+  }
   PageState state() const {
     if (!live) return PageState::kReleased;
     if (active_refs > 0) return PageState::kLocked;

@@ -51,7 +51,7 @@ uint64_t Storage::pressure_age(TierIndex tier, PoolGroupId pg) const {
   const PoolSlots& s = slots(tier, pg);
   if (!s.free.empty() && s.victims == 0) return UINT64_MAX;
   const PageId next = s.droppable.front_not_demoted();
-  return next == kNoPage ? 0 : tick_ - page(next).lru_tick;
+  return next == kNoPage ? 0 : page(next).weighted_age(tick_);
 }
 
 void Storage::reset_victims(TierIndex tier) {

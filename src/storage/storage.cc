@@ -1,6 +1,7 @@
 #include "storage/storage.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <utility>
 
@@ -16,7 +17,7 @@ Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
     Tier tier{t.kind, {}};
     tier.pools.reserve(plan_.pool_groups().size());
     for (const PoolGroup& pg : plan_.pool_groups()) {
-      PoolSlots s(&pages_);
+      PoolSlots s(&pages_, &tick_);
       s.total = t.slots[pg.id.value];
       s.free.reserve(s.total);
       for (uint64_t i = s.total; i > 0; --i) s.free.push_back(SlotId(static_cast<uint32_t>(i - 1)));
@@ -25,6 +26,24 @@ Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
     }
     tiers_.push_back(std::move(tier));
   }
+}
+
+uint64_t age_factor_256(uint8_t age_class) {
+  // 256 * 2^((c - kNeutralAgeClass) / 4), rounded.
+  static constexpr uint16_t kFactors[kAgeClasses] = {128,  152,  181,  215,  256,  304,
+                                                     362,  431,  512,  609,  724,  861,
+                                                     1024, 1218, 1448, 1722, 2048, 2435};
+  return kFactors[age_class];
+}
+
+uint8_t age_class_for(double factor) {
+  uint8_t best = 0;
+  for (uint8_t c = 1; c < kAgeClasses; ++c) {
+    if (std::abs(static_cast<double>(age_factor_256(c)) / 256 - factor) <
+        std::abs(static_cast<double>(age_factor_256(best)) / 256 - factor))
+      best = c;
+  }
+  return best;
 }
 
 Exclusions Storage::empty_exclusions() const {
@@ -76,7 +95,8 @@ PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) con
   if (held == kNoPage || droppable == kNoPage) return held != kNoPage ? held : droppable;
   const Page& h = page(held);
   const Page& d = page(droppable);
-  return std::pair(h.rank(), h.lru_tick) < std::pair(d.rank(), d.lru_tick) ? held : droppable;
+  if (h.rank() != d.rank()) return h.rank() < d.rank() ? held : droppable;
+  return h.weighted_age(tick_) > d.weighted_age(tick_) ? held : droppable;
 }
 
 void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
@@ -198,6 +218,13 @@ void Storage::set_priority(PageId id, int32_t priority) {
 void Storage::set_demoted(PageId id, bool demoted) {
   Page& p = mutable_page(id);
   if (p.demoted != demoted) requeue(id, [&] { p.demoted = demoted; });
+}
+
+void Storage::set_age_class(PageId id, uint8_t age_class) {
+  HKV_CHECK(age_class < kAgeClasses, "age class %u of page %u is out of range", age_class,
+            id.value);
+  Page& p = mutable_page(id);
+  if (p.age_class != age_class) requeue(id, [&] { p.age_class = age_class; });
 }
 
 void Storage::note_hit(PageId id) {

@@ -96,6 +96,8 @@ class Storage {
   // The owner's verdict on the page's worth (Page::demoted); not an event.
   void set_demoted(PageId id, bool demoted);
   // A match served the page (Page::hits, read by the offload rule).
+  // How fast the page ages in its queue (Page::age_class); it rejoins as the most recent.
+  void set_age_class(PageId id, uint8_t age_class);
   void note_hit(PageId id);
   // Takes a page out of its queue while an operation works on it / puts it back.
   void pin(PageId id);
@@ -137,8 +139,8 @@ class Storage {
     uint64_t victims = 0;             // see Storage::victims
     EvictionQueue held;
     EvictionQueue droppable;
-    explicit PoolSlots(std::vector<Page>* pages)
-        : held(pages, QueueKind::kHeld), droppable(pages, QueueKind::kDroppable) {}
+    PoolSlots(std::vector<Page>* pages, const uint64_t* clock)
+        : held(pages, QueueKind::kHeld, clock), droppable(pages, QueueKind::kDroppable, clock) {}
     EvictionQueue& queue(QueueKind kind) { return kind == QueueKind::kHeld ? held : droppable; }
   };
   struct Tier {

@@ -1,6 +1,7 @@
 // Storage's own invariants (DESIGN §9) and its before/after snapshot.
 #include <algorithm>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "storage/storage.h"
@@ -42,10 +43,11 @@ std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg,
         err << "page " << ids[k].value << " is in the wrong queue";
         return err.str();
       }
-      // Eviction order: rank ascending, then least recently used first.
+      // Buckets: (rank, age class) ascending, then least recently used first.
       if (k > 0) {
         const Page& prev = page(ids[k - 1]);
-        if (std::pair(prev.rank(), prev.lru_tick) >= std::pair(p.rank(), p.lru_tick)) {
+        if (std::tuple(prev.rank(), prev.age_class, prev.lru_tick) >=
+            std::tuple(p.rank(), p.age_class, p.lru_tick)) {
           err << "queue order broken at page " << ids[k].value << " on " << tier_name
               << " pool group " << pg.id.value;
           return err.str();

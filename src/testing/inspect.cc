@@ -26,7 +26,7 @@ std::vector<TreePage> ManagerInspector::tree_pages(const cache_detail::ManagerCo
       if (pages[g].page == storage::kNoPage) continue;
       const storage::Page& p = core.storage_.page(pages[g].page);
       out.push_back({node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value,
-                     pages[g].coverage, node.start, p.demoted});
+                     pages[g].coverage, node.start, p.demoted, p.age_class});
     }
   });
   return out;

@@ -31,8 +31,9 @@ struct TreePage {
   PoolGroupId pool_group;
   uint32_t slot = 0;
   uint32_t coverage = 0;
-  uint64_t start = 0;    // token position of the block's first token
-  bool demoted = false;  // evicted before every page that is not (snapshot-aware eviction)
+  uint64_t start = 0;     // token position of the block's first token
+  bool demoted = false;   // evicted before every page that is not (snapshot-aware eviction)
+  uint8_t age_class = 0;  // how fast it ages in its queue (snapshot pricing; 4 = like KV)
 };
 std::vector<TreePage> tree_pages(const KvCacheManager& manager);
 

@@ -5,8 +5,9 @@ the equivalence tests check, and the drift of resuming from reduced-precision sn
 
 Rows: tokens compared and the largest logit difference per scenario (one request, prefix reuse,
 suspend/resume, chunked prefill, speculative decoding), prompt tokens reused (never recomputed),
-and, resuming from a snapshot stored in bf16 instead of fp32, the largest logit drift and the
-greedy agreement over 256 teacher-forced tokens. Prints a Markdown table.
+and, resuming from a snapshot stored in bf16 or fp8 (e4m3 blocks with a power-of-two scale)
+instead of fp32, the largest logit drift and the greedy agreement over 256 teacher-forced
+tokens. Prints a Markdown table.
 """
 
 import argparse
@@ -96,8 +97,8 @@ def main():
     print(f"| family | one request | prefix reuse (reused / computed prompt tokens) "
           f"| chunked prefill "
           f"| speculative (accepted / rejected drafts) | bf16 snapshot: drift, agreement over 256 "
-          f"| fp32 snapshot: drift, agreement |")
-    print("|---|---|---|---|---|---|---|")
+          f"| fp8 snapshot: drift, agreement | fp32 snapshot: drift, agreement |")
+    print("|---|---|---|---|---|---|---|---|")
     for family in hm.FAMILIES:
         model = hm.make_model(family, args.device)
         s_ok, s_d = single(model, kind)
@@ -109,11 +110,12 @@ def main():
                  f"{'same' if c_ok else 'DIFFER'} {NEW} tok, {c_d:.2e}",
                  f"{'same' if v_ok else 'DIFFER'} {NEW} tok, {v_d:.2e} ({acc} / {rej})"]
         if family in hm.RECURRENT:
-            for dtype in (hk.DType.BF16, None):  # None: snapshots in the state dtype (fp32)
+            # None: snapshots in the state dtype (fp32)
+            for dtype in (hk.DType.BF16, hk.DType.FP8_E4M3, None):
                 reused_at, d, agree = snapshot_drift(model, kind, dtype)
                 cells.append(f"{d:.2e}, {agree:.1%} (from {reused_at})")
         else:
-            cells += ["no recurrent state", "no recurrent state"]
+            cells += ["no recurrent state"] * 3
         print(f"| {family} | " + " | ".join(cells) + " |", flush=True)
 
 

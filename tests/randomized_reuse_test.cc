@@ -303,5 +303,14 @@ TEST(RandomizedReuse, Bf16SnapshotsWithRebalancingKeepEveryPageIntact) {
   run_reuse(test_seed(), model);
 }
 
+// The same with fp8 snapshots (scaled e4m3 blocks); the fake engine's states are fp8-exact.
+TEST(RandomizedReuse, Fp8SnapshotsWithRebalancingKeepEveryPageIntact) {
+  LifecycleModel model = reuse_model();
+  model.pool_ratio = std::vector<double>{1.0, 0.05, 0.8, 0.5};
+  model.pool_rebalance = true;
+  model.snapshot_dtype = DType::kFP8E4M3;
+  run_reuse(test_seed(), model);
+}
+
 }  // namespace
 }  // namespace hybridkv

@@ -95,8 +95,10 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   serving.snapshot_pricing = o.eviction == "priced";
   if (o.snapshot_dtype == "bf16") {
     serving.snapshot_dtype = DType::kBF16;
+  } else if (o.snapshot_dtype == "fp8") {
+    serving.snapshot_dtype = DType::kFP8E4M3;
   } else if (o.snapshot_dtype != "fp32") {
-    return Status::invalid("--snapshot-dtype: '" + o.snapshot_dtype + "' is not fp32 or bf16");
+    return Status::invalid("--snapshot-dtype: '" + o.snapshot_dtype + "' is not fp32, bf16 or fp8");
   }
   Result<SnapshotPolicy> policy = parse_policy(o.snapshot_policy);
   if (!policy) return policy.status();
@@ -263,7 +265,8 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "saved per byte); snapshot-aware: pages no request can resume from go first; "
                   "lru: plain LRU");
   sim->add_option("--snapshot-dtype", o.snapshot_dtype,
-                  "fp32, or bf16: snapshots keep fp32 states in bf16 (half the bytes)");
+                  "fp32; bf16: snapshots keep fp32 states in bf16 (half the bytes); fp8: in "
+                  "e4m3 blocks of 128 values with a power-of-two scale (129 bytes per 512)");
   sim->add_option("--json", o.json, "write the report as JSON");
   sim->add_option("--svg", o.svg, "write a plot of reuse and memory over time");
   sim->add_option("--write-trace", o.write_trace,

@@ -30,7 +30,7 @@ struct SimOptions {
   std::string rebalance = "on";         // on: the pool groups trade slots while serving
   std::string offload = "selective";    // selective: demoted pages are dropped, not copied down
   std::string eviction = "priced";      // or snapshot-aware, lru
-  std::string snapshot_dtype = "fp32";  // or bf16 (reduced-precision snapshots)
+  std::string snapshot_dtype = "fp32";  // or bf16, fp8 (reduced-precision snapshots)
   std::string json;
   std::string svg;
   std::string write_trace;  // the requests read, as Mooncake JSONL

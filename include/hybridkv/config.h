@@ -117,8 +117,10 @@ struct ManagerConfig {
   // false: snapshots age like KV pages.
   bool snapshot_pricing = true;
   // Reduced-precision snapshots (opt-in): SSM snapshots in the prefix tree keep their fp32
-  // buffers in this dtype (only kBF16) while live states stay fp32, converted on the copies
-  // between them. The snapshots get a pool group of their own (PoolGroup::snapshots_of).
+  // buffers in this dtype while live states stay fp32, converted on the copies between them:
+  // kBF16 (half the bytes), or kFP8E4M3 (blocks of 128 e4m3 values with a power-of-two scale
+  // each: 129 bytes per 512). The snapshots get a pool group of their own
+  // (PoolGroup::snapshots_of).
   std::optional<DType> snapshot_dtype;
 
   // --- reuse ---

@@ -1,5 +1,6 @@
 // Reduced-precision snapshots (ManagerConfig::snapshot_dtype): the per-buffer segments of a
-// copy between a live SSM state (fp32 buffers) and its snapshot (bf16), and the conversions.
+// copy between a live SSM state (fp32 buffers) and its snapshot (bf16, or scaled fp8 e4m3
+// blocks: memory/fp8_bits.h), and the conversions.
 // Shared by every backend that holds bytes.
 #pragma once
 
@@ -12,7 +13,7 @@
 
 namespace hybridkv::memory {
 
-enum class Conversion : uint8_t { kCopy, kF32ToBF16, kBF16ToF32 };
+enum class Conversion : uint8_t { kCopy, kF32ToBF16, kBF16ToF32, kF32ToFP8, kFP8ToF32 };
 
 // One buffer of a slot: bytes at (src_pool, src_offset) go to (dst_pool, dst_offset).
 struct ConvertSegment {
@@ -40,6 +41,9 @@ inline uint64_t conversion_key(PoolGroupId src, PoolGroupId dst) {
 // Round to nearest even; NaN stays NaN (quiet), infinities stay infinite.
 uint16_t f32_to_bf16(float value);
 float bf16_to_f32(uint16_t value);
+// `count` fp32 values to their scaled fp8 blocks (fp8_snapshot_bytes(4 * count) bytes) and back.
+void f32_to_fp8_blocks(const std::byte* src, uint64_t count, std::byte* dst);
+void fp8_blocks_to_f32(const std::byte* src, uint64_t count, std::byte* dst);
 
 // Runs one segment between two slots (pointers to the start of each pool's slot).
 void convert(const ConvertSegment& segment, std::byte* dst_slot, const std::byte* src_slot);

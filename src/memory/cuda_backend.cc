@@ -7,6 +7,8 @@
 // copies stage through pinned memory and run on the submitting thread, in batch order.
 #include "memory/cuda_backend.h"
 
+#include "memory/fp8_bits.h"
+
 namespace hybridkv::memory {
 namespace cuda_detail {
 
@@ -114,13 +116,40 @@ Status CudaBackend::allocate(const StoragePlan& plan) {
 
 void CudaBackend::split(const std::byte* src, std::byte* dst, uint64_t bytes, cuda::PieceKind kind,
                         uint64_t piece) {
-  const uint64_t scale_num = kind == cuda::kPieceBF16ToF32 ? 2 : 1;
-  const uint64_t scale_den = kind == cuda::kPieceF32ToBF16 ? 2 : 1;
+  // Destination bytes per source byte (fp8 pieces are whole blocks of 128 values).
+  uint64_t scale_num = kind == cuda::kPieceBF16ToF32 ? 2 : 1;
+  uint64_t scale_den = kind == cuda::kPieceF32ToBF16 ? 2 : 1;
+  if (kind == cuda::kPieceF32ToFP8) {
+    scale_num = kFp8BlockBytes, scale_den = 4 * kFp8BlockValues;
+  } else if (kind == cuda::kPieceFP8ToF32) {
+    scale_num = 4 * kFp8BlockValues, scale_den = kFp8BlockBytes;
+    piece = piece / scale_num * scale_den;  // the same fp32 bytes per piece, whole blocks
+  }
   for (uint64_t at = 0; at < bytes; at += piece) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(piece, bytes - at));
     pieces_.push_back({src + at, dst + at * scale_num / scale_den, n, kind});
   }
 }
+
+namespace {
+
+cuda::PieceKind piece_kind(Conversion conversion) {
+  switch (conversion) {
+    case Conversion::kF32ToBF16:
+      return cuda::kPieceF32ToBF16;
+    case Conversion::kBF16ToF32:
+      return cuda::kPieceBF16ToF32;
+    case Conversion::kF32ToFP8:
+      return cuda::kPieceF32ToFP8;
+    case Conversion::kFP8ToF32:
+      return cuda::kPieceFP8ToF32;
+    case Conversion::kCopy:
+      break;
+  }
+  return cuda::kPieceCopy;
+}
+
+}  // namespace
 
 void CudaBackend::add_pieces(const SlotCopy& c) {
   if (c.cancelled) return;
@@ -139,9 +168,7 @@ void CudaBackend::add_pieces(const SlotCopy& c) {
   }
   for (const ConvertSegment& seg :
        conversions_.at(conversion_key(c.pool_group, *c.dst_pool_group))) {
-    const cuda::PieceKind kind = seg.conversion == Conversion::kF32ToBF16   ? cuda::kPieceF32ToBF16
-                                 : seg.conversion == Conversion::kBF16ToF32 ? cuda::kPieceBF16ToF32
-                                                                            : cuda::kPieceCopy;
+    const cuda::PieceKind kind = piece_kind(seg.conversion);
     split(slot_at(c.src_tier, c.pool_group, seg.src_pool, c.src_slot) + seg.src_offset,
           slot_at(c.dst_tier, *c.dst_pool_group, seg.dst_pool, c.dst_slot) + seg.dst_offset,
           seg.src_bytes, kind, cuda::kPieceBytes);

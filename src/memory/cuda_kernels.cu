@@ -3,6 +3,7 @@
 #include "memory/cuda_kernels.h"
 
 #include "memory/bf16_bits.h"
+#include "memory/fp8_bits.h"
 
 namespace hybridkv::memory::cuda {
 namespace {
@@ -35,6 +36,43 @@ __device__ void copy_bytes(const void* src, void* dst, uint32_t n) {
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
 }
 
+// One warp per block of 128 values: each lane takes 4, the block's largest magnitude is a warp
+// reduction.
+__device__ void f32_to_fp8(const CopyPiece& p) {
+  const float* s = static_cast<const float*>(p.src);
+  uint8_t* d = static_cast<uint8_t*>(p.dst);
+  const uint32_t count = p.bytes / 4, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (uint32_t first = threadIdx.x / 32 * kFp8BlockValues; first < count;
+       first += warps * kFp8BlockValues) {
+    const uint32_t n = min(kFp8BlockValues, count - first);
+    float v[4], amax = 0.0f;
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t i = lane + 32 * k;
+      v[k] = i < n ? s[first + i] : 0.0f;
+      if (isfinite(v[k])) amax = fmaxf(amax, fabsf(v[k]));
+    }
+    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const int8_t e = fp8_block_exponent(amax);
+    uint8_t* block = d + first / kFp8BlockValues * kFp8BlockBytes;
+    if (lane == 0) block[0] = static_cast<uint8_t>(e);
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t i = lane + 32 * k;
+      if (i < n) block[1 + i] = f32_to_e4m3(ldexpf(v[k], -e));
+    }
+  }
+}
+
+__device__ void fp8_to_f32(const CopyPiece& p) {
+  const uint8_t* s = static_cast<const uint8_t*>(p.src);
+  float* d = static_cast<float*>(p.dst);
+  const uint32_t count = static_cast<uint32_t>(fp8_value_count(p.bytes));
+  for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const uint8_t* block = s + i / kFp8BlockValues * kFp8BlockBytes;
+    const int e = static_cast<int8_t>(block[0]);
+    d[i] = ldexpf(e4m3_to_f32(block[1 + i % kFp8BlockValues]), e);
+  }
+}
+
 __global__ void copy_pieces(const CopyPiece* pieces) {
   const CopyPiece p = pieces[blockIdx.x];
   switch (p.kind) {
@@ -52,6 +90,12 @@ __global__ void copy_pieces(const CopyPiece* pieces) {
         d[i] = bf16_to_f32_bits(s[i]);
       return;
     }
+    case kPieceF32ToFP8:
+      f32_to_fp8(p);
+      return;
+    case kPieceFP8ToF32:
+      fp8_to_f32(p);
+      return;
     default:
       copy_bytes(p.src, p.dst, p.bytes);
   }

@@ -10,7 +10,13 @@ namespace hybridkv::memory::cuda {
 
 // How a piece's bytes reach its destination (memory::Conversion, as a plain integer for the
 // device).
-enum PieceKind : uint32_t { kPieceCopy = 0, kPieceF32ToBF16 = 1, kPieceBF16ToF32 = 2 };
+enum PieceKind : uint32_t {
+  kPieceCopy = 0,
+  kPieceF32ToBF16 = 1,
+  kPieceBF16ToF32 = 2,
+  kPieceF32ToFP8 = 3,  // whole fp8 blocks (memory/fp8_bits.h) but perhaps the last
+  kPieceFP8ToF32 = 4,
+};
 
 // One block's share of a copy: at most kPieceBytes source bytes.
 struct CopyPiece {

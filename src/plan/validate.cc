@@ -174,9 +174,10 @@ void check_knobs(const ManagerConfig& c, Errors& errors) {
       }
     }
   }
-  if (c.snapshot_dtype && *c.snapshot_dtype != DType::kBF16) {
+  if (c.snapshot_dtype && *c.snapshot_dtype != DType::kBF16 &&
+      *c.snapshot_dtype != DType::kFP8E4M3) {
     errors.add("snapshot_dtype ", dtype_name(*c.snapshot_dtype),
-               " is not supported (reduced-precision snapshots are bf16)");
+               " is not supported (reduced-precision snapshots are bf16 or fp8_e4m3)");
   }
   if (c.max_rewind_len < 0) errors.add("max_rewind_len ", c.max_rewind_len, " must be >= 0");
   if (c.max_rewind_len > static_cast<int64_t>(kMaxTokens)) {

@@ -30,11 +30,16 @@ FakeEngine::FakeEngine(KvCacheManager& manager)
   for (const CacheGroup& g : plan.cache_groups()) {
     for (uint32_t b : g.buffers) {
       const PlannedBuffer& pb = plan.buffers()[b];
-      // A state kept as a bf16 snapshot must survive the round trip bit for bit.
-      const bool bf16_exact = pb.snapshot_size != 0 && pb.snapshot_size != pb.size;
+      // A state kept as a reduced-precision snapshot must survive the round trip bit for bit.
+      WordShape shape;
+      if (pb.snapshot_size != 0 && pb.snapshot_size != pb.size) {
+        shape = pb.snapshot_dtype == DType::kFP8E4M3
+                    ? WordShape{0x83f0000083f00000ull, 0x3c0000003c000000ull}  // 2^-7 <= |x| < 2
+                    : WordShape{0xbfff0000bfff0000ull, 0};
+      }
       buffers_[g.id.value].push_back({pb.layer, fnv(pb.role), pb.pool_group, pb.pool, pb.offset,
                                       pb.size, "layer " + std::to_string(pb.layer) + " " + pb.role,
-                                      bf16_exact ? 0xbfff0000bfff0000ull : ~0ull});
+                                      shape});
     }
   }
 }
@@ -64,23 +69,24 @@ std::pair<uint64_t, uint64_t> FakeEngine::sample_ranges(uint64_t n, uint64_t sam
 }
 
 // Every word of [lo, hi) of a region whose byte 0 is at out - lo.
-void FakeEngine::generate(std::byte* out, uint64_t lo, uint64_t hi, uint64_t seed, uint64_t mask) {
+void FakeEngine::generate(std::byte* out, uint64_t lo, uint64_t hi, uint64_t seed,
+                          WordShape shape) {
   for (uint64_t i = lo; i < hi; i += 8) {
-    const uint64_t word = mix(seed + i) & mask;  // each word on its own, so checks can sample
+    const uint64_t word = shape.apply(mix(seed + i));  // each word on its own: checks sample
     std::memcpy(out + (i - lo), &word, std::min<uint64_t>(8, hi - i));
   }
 }
 
-void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t mask) {
+void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, WordShape shape) {
   const auto [skip_from, skip_to] = sample_ranges(n, sample_writes_);
   for (const auto& [lo, hi] : {std::pair<uint64_t, uint64_t>(0, std::min(skip_from, n)),
                                std::pair<uint64_t, uint64_t>(std::min(skip_to, n), n)}) {
     if (lo >= hi) continue;
     // Pools the CPU cannot address (CUDA's GPU tier) are written through the write stage.
     if (device_memory_) {
-      generate(stage_write(at + lo, hi - lo), lo, hi, seed, mask);
+      generate(stage_write(at + lo, hi - lo), lo, hi, seed, shape);
     } else {
-      generate(at + lo, lo, hi, seed, mask);
+      generate(at + lo, lo, hi, seed, shape);
     }
   }
   bytes_written_ += n;
@@ -88,14 +94,14 @@ void FakeEngine::fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t m
 
 // `at` is CPU-readable: run_checks() has staged device memory first.
 Status FakeEngine::check_bytes(const std::byte* at, uint64_t n, uint64_t seed,
-                               const std::string& what, uint64_t mask) {
+                               const std::string& what, WordShape shape) {
   const auto [skip_from, skip_to] = sample_ranges(n, sample_bytes_);
   for (const auto& [lo, hi] : {std::pair<uint64_t, uint64_t>(0, std::min(skip_from, n)),
                                std::pair<uint64_t, uint64_t>(std::min(skip_to, n), n)}) {
     if (lo >= hi) continue;
     const std::byte* in = at + lo;
     for (uint64_t i = lo; i < hi; i += 8) {
-      const uint64_t word = mix(seed + i) & mask;
+      const uint64_t word = shape.apply(mix(seed + i));
       if (std::memcmp(in + (i - lo), &word, std::min<uint64_t>(8, hi - i)) != 0) {
         return Status::invalid("fake engine: mismatch in " + what + " at byte " +
                                std::to_string(i));
@@ -149,7 +155,7 @@ Status FakeEngine::run_checks() {
   for (const Check& c : checks_) {
     const Region& g = regions_[c.region];
     const std::byte* at = (device_memory_ ? stage_.data() + g.stage : g.pool) + c.offset;
-    if (Status s = check_bytes(at, c.n, c.seed, c.what, c.mask); !s) return s;
+    if (Status s = check_bytes(at, c.n, c.seed, c.what, c.shape); !s) return s;
   }
   return Status::ok();
 }
@@ -179,7 +185,7 @@ Status FakeEngine::collect_checks(const KvCache& cache, FakeRequest& r) {
           const std::byte* at = page(b, slot);
           if (at == nullptr) continue;
           checks_.push_back({add_region(at, b.size, true), 0, b.size,
-                             combine(seed_base, combine(b.layer, b.role_hash)), b.mask,
+                             combine(seed_base, combine(b.layer, b.role_hash)), b.shape,
                              "group " + std::to_string(g.id.value) + " " + b.name +
                                  " state after " + std::to_string(r.computed) + " tokens, slot " +
                                  std::to_string(slot)});
@@ -211,7 +217,7 @@ Status FakeEngine::collect_checks(const KvCache& cache, FakeRequest& r) {
             const uint64_t lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
             checks_.push_back({region, lo, hi - lo,
                                combine(prefix(r, beam, p + 1), combine(b.layer, b.role_hash)),
-                               ~0ull,
+                               WordShape{},
                                "group " + std::to_string(g.id.value) + " " + b.name + " token " +
                                    std::to_string(p) + " (block " + std::to_string(block) +
                                    ", slot " + std::to_string(slot) + ")"});
@@ -303,7 +309,7 @@ Status FakeEngine::write_unflushed(const KvCache& cache, FakeRequest& r, uint64_
         const uint64_t seed_base = prefix(r, beam, upto);
         for (const Buffer& b : buffers_[g.id.value]) {
           if (std::byte* at = page(b, slot)) {
-            fill_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)), b.mask);
+            fill_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)), b.shape);
           }
         }
         continue;
@@ -347,7 +353,7 @@ void FakeEngine::write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, st
     const uint64_t j = q % tpb, lo = j * b.size / tpb, hi = (j + 1) * b.size / tpb;
     const uint64_t seed = combine(prefix(r, beam, q + 1), combine(b.layer, b.role_hash));
     if (device_memory_) {
-      generate(staged + (lo - first), 0, hi - lo, seed, ~0ull);
+      generate(staged + (lo - first), 0, hi - lo, seed, WordShape{});
       bytes_written_ += hi - lo;
     } else {
       fill_bytes(at + lo, hi - lo, seed);

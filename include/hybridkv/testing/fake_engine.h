@@ -30,6 +30,15 @@ struct FakeRequest {
   std::vector<CacheGroupId> unselected_optional;
 };
 
+// What every written word is: (random & keep) | set. Reduced-precision snapshots need fp32
+// buffers whose values survive the round trip bit for bit: bf16-exact (the low half and the
+// top exponent bit cleared) or fp8-exact (3 mantissa bits, exponents within 8 binades).
+struct WordShape {
+  uint64_t keep = ~0ull;
+  uint64_t set = 0;
+  uint64_t apply(uint64_t word) const { return (word & keep) | set; }
+};
+
 class FakeEngine {
  public:
   explicit FakeEngine(KvCacheManager& manager);
@@ -72,22 +81,20 @@ class FakeEngine {
     uint64_t offset;
     uint64_t size;
     std::string name;
-    uint64_t mask;  // see fill_bytes
+    WordShape shape;
   };
   uint64_t prefix(FakeRequest& r, uint32_t beam, uint64_t tokens);
   Status write(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
                const CacheGroup* only);
   std::byte* page(const Buffer& b, int32_t slot) const;
-  // `mask` is and-ed into every written word: bf16-exact fp32 buffers (reduced-precision
-  // snapshots) clear the low half and the top exponent bit of each float.
   Status check_bytes(const std::byte* at, uint64_t n, uint64_t seed, const std::string& what,
-                     uint64_t mask = ~0ull);
-  void fill_bytes(std::byte* at, uint64_t n, uint64_t seed, uint64_t mask = ~0ull);
+                     WordShape shape = {});
+  void fill_bytes(std::byte* at, uint64_t n, uint64_t seed, WordShape shape = {});
 
   KvCacheManager& manager_;
   std::vector<std::vector<Buffer>> buffers_;  // by cache group
   static std::pair<uint64_t, uint64_t> sample_ranges(uint64_t n, uint64_t sample);
-  static void generate(std::byte* out, uint64_t lo, uint64_t hi, uint64_t seed, uint64_t mask);
+  static void generate(std::byte* out, uint64_t lo, uint64_t hi, uint64_t seed, WordShape shape);
   void write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, std::byte* at, uint64_t p,
                     uint64_t end);
   Status write_unflushed(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
@@ -104,7 +111,8 @@ class FakeEngine {
   };
   struct Check {
     uint32_t region;
-    uint64_t offset, n, seed, mask;
+    uint64_t offset, n, seed;
+    WordShape shape;
     std::string what;
   };
   struct PendingWrite {

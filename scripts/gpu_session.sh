@@ -2,7 +2,7 @@
 # The GPU runs of the CUDA backend, on the GPU machine (device tool), from binaries built on the
 # development machine and carried in gpu_bin/ (scripts/gpu_pack.sh). Logs go to $OUT (at most 8
 # files come back).
-#   bash scripts/gpu_session.sh suite|bench|final|sanitize|pymod|hf|all
+#   bash scripts/gpu_session.sh suite|bench|final|sanitize|pymod|hf|precision|all
 set -u
 OUT=${OUT:-/tmp/hkv-out}
 mkdir -p "$OUT" /work
@@ -11,9 +11,17 @@ B=$PWD/gpu_bin
 export HYBRIDKV_TEST_BACKEND=cuda
 
 suite() {
+  suite_tests
+  sanitizers
+}
+
+suite_tests() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/summary.txt"
   ls "$B" >> "$OUT/summary.txt"
-  for t in cuda_backend_test kv_cache_test commit_test engine_calls_test eviction_order_test \
+  # Alone first: it measures the device's free memory, which the other suites move.
+  (cd /work/main && timeout 200 "$B/cuda_backend_test" > "$OUT/cuda_backend_test.part" 2>&1
+   echo "cuda_backend_test rc=$?" >> "$OUT/summary.txt")
+  for t in kv_cache_test commit_test engine_calls_test eviction_order_test \
            snapshot_precision_test disk_tier_test hybrid_test reuse_test randomized_reuse_test \
            randomized_test; do
     echo "$t"
@@ -21,6 +29,9 @@ suite() {
   for f in "$OUT"/*.part; do echo "=== $f"; tail -c 20000 "$f"; done > "$OUT/tests.log"
   grep -h -E "^\[  (PASSED|FAILED|SKIPPED) |tests? from .* ran|^seed" "$OUT"/*.part >> "$OUT/summary.txt"
   rm -f "$OUT"/*.part
+}
+
+sanitizers() {
   for tool in memcheck racecheck; do
     echo "=== compute-sanitizer --tool $tool cuda_backend_test + kv_cache_test subset"
     timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$B/cuda_backend_test" 2>&1 | tail -15
@@ -119,6 +130,15 @@ hf() {
   for f in nemotron_h qwen3_next falcon_h1 jamba gemma3_text; do
     echo "== $f"; timeout 100 python3 examples/hf_prefix_reuse.py --family "$f" --device cuda
   done > "$OUT/hf_example.txt" 2>&1
+}
+
+# Snapshot precision (fp8 kernels): the GPU suite, memcheck over the backend test, then hf.
+precision() {
+  suite_tests
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/cuda_backend_test" \
+    > "$OUT/sanitizer.log" 2>&1
+  echo "memcheck rc=$?" >> "$OUT/summary.txt"
+  hf
 }
 
 all() {

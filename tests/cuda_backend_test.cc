@@ -4,11 +4,14 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
 
 #include "hybridkv/manager.h"
 #include "hybridkv/units.h"
 #include "lifecycle_fixture.h"
+#include "memory/convert.h"
 
 namespace hybridkv {
 namespace {
@@ -87,6 +90,59 @@ TEST(CudaBackend, ResumeOrdersTheEnginesStreamAfterTheOnboardingCopies) {
     ASSERT_OK(r.cache->suspend());
   }
   cudaStreamDestroy(stream);
+}
+
+// A reduced-precision snapshot taken on the GPU holds the same bytes as the host conversion of
+// the same state (memory::convert), for states no fake engine would write: random fp32 values
+// over 40 binades, some NaN and infinite.
+TEST(CudaBackend, ReducedPrecisionSnapshotsHoldTheHostConversionsBytes) {
+  for (const DType dtype : {DType::kBF16, DType::kFP8E4M3}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    LifecycleModel model;
+    model.snapshot_dtype = dtype;
+    auto m = testing::make_manager(model, {BackendKind::kCuda});
+    ASSERT_NE(m, nullptr);
+    testing::FakeEngine engine(*m);
+    std::mt19937_64 rng(5);
+    Request r = testing::make_request(*m, testing::random_tokens(rng, 40), 40);
+    ASSERT_OK(r.cache->resume({}));
+    ASSERT_OK(testing::advance(engine, r, 16));
+    const PlannedBuffer& state = **m->plan().find_buffer(0, "ssm_state");
+    std::vector<float> values(state.size / 4);
+    std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = std::ldexp(mantissa(rng), static_cast<int>(rng() % 40) - 20);
+    values[7] = std::numeric_limits<float>::quiet_NaN();
+    values[300] = -std::numeric_limits<float>::infinity();
+    const CacheGroupId ssm(0);
+    const int32_t slot = *r.cache->state_index(ssm);
+    std::byte* live = m->slot_address(TierKind::kGpu, state.pool_group, state.pool, slot);
+    ASSERT_EQ(cudaMemcpy(live + state.offset, values.data(), state.size, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_OK(testing::commit_computed(r));
+    std::optional<testing::TreePage> snap;
+    for (const testing::TreePage& t : testing::tree_pages(*m)) {
+      if (t.group == ssm) snap = t;
+    }
+    ASSERT_TRUE(snap && snap->tier == TierKind::kGpu);
+    m->synchronize();
+    std::vector<std::byte> got(state.snapshot_size);
+    const std::byte* at =
+        m->slot_address(TierKind::kGpu, snap->pool_group, state.snapshot_pool, snap->slot);
+    ASSERT_EQ(
+        cudaMemcpy(got.data(), at + state.snapshot_offset, got.size(), cudaMemcpyDeviceToHost),
+        cudaSuccess);
+    std::vector<std::byte> want(state.snapshot_size);
+    const memory::ConvertSegment down{
+        0,
+        0,
+        state.size,
+        0,
+        0,
+        dtype == DType::kBF16 ? memory::Conversion::kF32ToBF16 : memory::Conversion::kF32ToFP8};
+    memory::convert(down, want.data(), reinterpret_cast<const std::byte*>(values.data()));
+    EXPECT_EQ(got, want);
+  }
 }
 
 TEST(CudaBackend, ImpossibleQuotasAndDevicesAreRefusedAtCreation) {

@@ -38,7 +38,7 @@ struct CacheInfo {
 };
 
 // Per pool group: 0 when rebalancing leaves it alone, else the divisor of its victims' age
-// (1 for KV; for snapshots 1 with snapshot pricing, else kUnpricedSnapshotWeight; rebalance.cc).
+// (1 for KV, kSnapshotWeight for snapshots; rebalance.cc).
 std::vector<uint64_t> rebalance_weights(const StoragePlan& plan);
 
 class ManagerCore {

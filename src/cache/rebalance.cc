@@ -4,9 +4,9 @@
 //
 // The rule is one LRU over the tier's bytes: under it, the next victim of every pool group would
 // have waited equally long. Storage::pressure_age measures that wait, weighted by the victim's
-// age class (snapshot pricing); demoted pages, which are worth nothing, do not count; without
-// pricing a snapshot pool group's wait counts 1/kUnpricedSnapshotWeight. When the youngest
-// victim's wait is below 1/kHysteresis of the oldest's and the young pool group has
+// age class (snapshot pricing); demoted pages, which are worth nothing, do not count; a
+// snapshot pool group's wait counts 1/kSnapshotWeight. When the
+// youngest victim's wait is below 1/kHysteresis of the oldest's and the young pool group has
 // evicted at least kMinVictims pages since the last step, about 1/kStepDivisor of the tier moves
 // from the old pool group to the young one. A step that cannot be taken (LOCKED pages, GPU
 // floors, reserved slots) is skipped: it changes nothing. On the GPU no pool group goes below
@@ -23,13 +23,13 @@ namespace {
 constexpr double kHysteresis = 1.5;
 constexpr uint64_t kMinVictims = 16;
 constexpr uint64_t kStepDivisor = 128;
-// Without snapshot pricing, a snapshot's bytes count this many times a KV page's: dropping it
-// loses the whole KV run under it, dropping a KV page one block. Measured on the conversation
-// trace (bench/RESULTS.md): 2 took Nemotron-H at one 80 GiB GPU tier from 20.58 M to 22.05 M
-// reused tokens and moved the other runs by under 1 %; 4 measured the same as 2. With pricing
-// each snapshot's wait is already weighed by its worth (Page::age_class), so the weight is 1:
-// 2 measured 0.5-4 % less reuse in 6 of the 8 runs of 2026-12-01 (bench/RESULTS.md).
-constexpr uint64_t kUnpricedSnapshotWeight = 2;
+// A snapshot's bytes count this many times a KV page's: dropping it loses the whole KV run under
+// it, dropping a KV page one block. Measured on the conversation trace (bench/RESULTS.md): 2 took
+// Nemotron-H at one 80 GiB GPU tier from 20.58 M to 22.05 M reused tokens and moved the other
+// runs by under 1 %; 4 measured the same as 2. With snapshot pricing (each snapshot's wait also
+// weighted by its age class) 1 measured 0.3-4 % more reuse in 6 of 8 whole-trace runs but 11 %
+// less on the demo's slice (bench/RESULTS.md, 2026-12-01): 2 stays.
+constexpr uint64_t kSnapshotWeight = 2;
 
 }  // namespace
 
@@ -43,8 +43,7 @@ std::vector<uint64_t> rebalance_weights(const StoragePlan& plan) {
   }
   for (const CacheGroup& g : plan.cache_groups()) {
     uint64_t& w = weights[g.page_pool_group(true).value];
-    if (g.kind == GroupKind::kSsm && w != 0 && !plan.config().snapshot_pricing)
-      w = kUnpricedSnapshotWeight;
+    if (g.kind == GroupKind::kSsm && w != 0) w = kSnapshotWeight;
   }
   return weights;
 }

@@ -96,11 +96,11 @@ uint64_t batch_demand(const ManagerConfig& config, const CacheGroup& group,
 
 namespace {
 
-// Below the GPU, the share of a live-state pool group's planned bytes kept when its snapshots
-// have a pool group of their own (reduced-precision snapshots): the bytes of a sixteenth of the
-// typical batch's states, for suspended requests; rebalancing moves the rest where pages are
-// kept. Measured on the conversation trace (bench/RESULTS.md, 2026-12-01).
-constexpr double kColdLiveStateShare = 1.0 / 16;
+// The share of a live-state pool group's planned bytes kept when its snapshots have a pool group
+// of their own (reduced-precision snapshots): a sixteenth of the typical batch's states, and on
+// the GPU at least its floor (the running batch); the rest goes to the pages that are kept.
+// Measured on the conversation trace (bench/RESULTS.md, 2026-12-01).
+constexpr double kLiveStateShare = 1.0 / 16;
 
 void compute_floors(const ManagerConfig& config, Structure& s) {
   const double util = config.max_util_for_resume;
@@ -235,13 +235,11 @@ TierSplit split_tier(const ManagerConfig& config, const StructureView& s, TierKi
   const size_t n = s.pool_groups.size();
   split.slots.assign(n, 0);
   std::vector<double> weights = pool_weights(config, s);
-  if (kind != TierKind::kGpu) {
-    // Snapshots kept in a pool group of their own leave the live states' pool group only the
-    // states of suspended requests to hold below the GPU.
-    for (const PoolGroup& pg : s.pool_groups) {
-      if (pg.snapshots_of)
-        weights[s.groups[pg.snapshots_of->value].pool_group.value] *= kColdLiveStateShare;
-    }
+  // Snapshots kept in a pool group of their own leave the live states' pool group only the
+  // states of running requests (its GPU floor) and of suspended ones to hold.
+  for (const PoolGroup& pg : s.pool_groups) {
+    if (pg.snapshots_of)
+      weights[s.groups[pg.snapshots_of->value].pool_group.value] *= kLiveStateShare;
   }
   std::vector<bool> pinned(n, false);
   uint64_t available = quota;

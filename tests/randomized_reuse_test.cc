@@ -293,23 +293,23 @@ TEST(RandomizedReuse, RebalancingPoolsKeepEveryPageIntact) {
   run_reuse(test_seed(), model);
 }
 
-// Reduced-precision snapshots: the tree's snapshots live in their own bf16 pool group and are
-// converted on every copy; the fake engine's states are bf16-exact, so every byte still checks.
-TEST(RandomizedReuse, Bf16SnapshotsWithRebalancingKeepEveryPageIntact) {
+// Reduced-precision snapshots: the tree's snapshots live in their own pool group and are
+// converted on every copy; the fake engine's states are exact in that dtype, so every byte still
+// checks.
+void run_reduced_precision(DType snapshot_dtype) {
   LifecycleModel model = reuse_model();
   model.pool_ratio = std::vector<double>{1.0, 0.05, 0.8, 0.5};
   model.pool_rebalance = true;
-  model.snapshot_dtype = DType::kBF16;
+  model.snapshot_dtype = snapshot_dtype;
   run_reuse(test_seed(), model);
 }
 
-// The same with fp8 snapshots (scaled e4m3 blocks); the fake engine's states are fp8-exact.
+TEST(RandomizedReuse, Bf16SnapshotsWithRebalancingKeepEveryPageIntact) {
+  run_reduced_precision(DType::kBF16);
+}
+
 TEST(RandomizedReuse, Fp8SnapshotsWithRebalancingKeepEveryPageIntact) {
-  LifecycleModel model = reuse_model();
-  model.pool_ratio = std::vector<double>{1.0, 0.05, 0.8, 0.5};
-  model.pool_rebalance = true;
-  model.snapshot_dtype = DType::kFP8E4M3;
-  run_reuse(test_seed(), model);
+  run_reduced_precision(DType::kFP8E4M3);
 }
 
 }  // namespace

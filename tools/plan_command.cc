@@ -72,8 +72,9 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
                  "SWA scratch: window blocks that go stale within a step share scratch slots");
   plan->add_option("--max-rewind-len", o.max_rewind_len,
                    "tokens at a step's end the engine may rewind (never scratch)");
-  plan->add_option("--snapshot-dtype", o.snapshot_dtype,
-                   "bf16: SSM snapshots keep fp32 states in bf16 (their own pool group)");
+  plan->add_option(
+      "--snapshot-dtype", o.snapshot_dtype,
+      "bf16 or fp8_e4m3: SSM snapshots keep fp32 states in that dtype (their own pool group)");
   plan->add_option("--kv-dtype", o.kv_dtype, "KV cache dtype");
   plan->add_option("--conv-dtype", o.conv_dtype, "conv state dtype");
   plan->add_option("--ssm-dtype", o.ssm_dtype,

@@ -116,14 +116,24 @@ Status CudaBackend::allocate(const StoragePlan& plan) {
 
 void CudaBackend::split(const std::byte* src, std::byte* dst, uint64_t bytes, cuda::PieceKind kind,
                         uint64_t piece) {
-  // Destination bytes per source byte (fp8 pieces are whole blocks of 128 values).
-  uint64_t scale_num = kind == cuda::kPieceBF16ToF32 ? 2 : 1;
-  uint64_t scale_den = kind == cuda::kPieceF32ToBF16 ? 2 : 1;
-  if (kind == cuda::kPieceF32ToFP8) {
-    scale_num = kFp8BlockBytes, scale_den = 4 * kFp8BlockValues;
-  } else if (kind == cuda::kPieceFP8ToF32) {
-    scale_num = 4 * kFp8BlockValues, scale_den = kFp8BlockBytes;
-    piece = piece / scale_num * scale_den;  // the same fp32 bytes per piece, whole blocks
+  // Destination bytes per source byte: scale_num / scale_den (fp8 pieces are whole blocks).
+  uint64_t scale_num = 1, scale_den = 1;
+  switch (kind) {
+    case cuda::kPieceF32ToBF16:
+      scale_den = 2;
+      break;
+    case cuda::kPieceBF16ToF32:
+      scale_num = 2;
+      break;
+    case cuda::kPieceF32ToFP8:
+      scale_num = kFp8BlockBytes, scale_den = 4 * kFp8BlockValues;
+      break;
+    case cuda::kPieceFP8ToF32:
+      scale_num = 4 * kFp8BlockValues, scale_den = kFp8BlockBytes;
+      piece = piece / scale_num * scale_den;  // the same fp32 bytes per piece
+      break;
+    default:
+      break;
   }
   for (uint64_t at = 0; at < bytes; at += piece) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(piece, bytes - at));

@@ -46,12 +46,8 @@ PageId EvictionQueue::oldest_of_rank(Buckets::const_iterator it) const {
   if (it == buckets_.end()) return kNoPage;
   const int64_t rank = at(it->second.head).rank();
   PageId best = it->second.head;
-  uint64_t best_age = at(best).weighted_age(*clock_);
-  for (++it; it != buckets_.end(); ++it) {
-    const Page& head = at(it->second.head);
-    if (head.rank() != rank) break;
-    const uint64_t age = head.weighted_age(*clock_);
-    if (age > best_age) best = it->second.head, best_age = age;
+  for (++it; it != buckets_.end() && at(it->second.head).rank() == rank; ++it) {
+    if (at(it->second.head).evicted_before(at(best), *clock_)) best = it->second.head;
   }
   return best;
 }

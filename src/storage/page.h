@@ -85,6 +85,12 @@ struct Page {
   uint64_t weighted_age(uint64_t now) const {
     return (now - lru_tick) * age_factor_256(age_class) / 256;
   }
+  // The queues' order: `this` goes before `other` (a lower rank, or a longer weighted wait in
+  // the same rank).
+  bool evicted_before(const Page& other, uint64_t now) const {
+    if (rank() != other.rank()) return rank() < other.rank();
+    return weighted_age(now) > other.weighted_age(now);
+  }
   PageState state() const {
     if (!live) return PageState::kReleased;
     if (active_refs > 0) return PageState::kLocked;

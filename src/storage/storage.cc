@@ -93,10 +93,7 @@ PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) con
   const PageId held = room_below ? s.held.front() : kNoPage;
   const PageId droppable = s.droppable.front();
   if (held == kNoPage || droppable == kNoPage) return held != kNoPage ? held : droppable;
-  const Page& h = page(held);
-  const Page& d = page(droppable);
-  if (h.rank() != d.rank()) return h.rank() < d.rank() ? held : droppable;
-  return h.weighted_age(tick_) > d.weighted_age(tick_) ? held : droppable;
+  return page(held).evicted_before(page(droppable), tick_) ? held : droppable;
 }
 
 void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {

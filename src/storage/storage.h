@@ -95,9 +95,9 @@ class Storage {
   void set_priority(PageId id, int32_t priority);
   // The owner's verdict on the page's worth (Page::demoted); not an event.
   void set_demoted(PageId id, bool demoted);
-  // A match served the page (Page::hits, read by the offload rule).
   // How fast the page ages in its queue (Page::age_class); it rejoins as the most recent.
   void set_age_class(PageId id, uint8_t age_class);
+  // A match served the page (Page::hits, read by the offload rule and snapshot pricing).
   void note_hit(PageId id);
   // Takes a page out of its queue while an operation works on it / puts it back.
   void pin(PageId id);

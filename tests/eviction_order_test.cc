@@ -240,5 +240,50 @@ TEST(Rebalance, SnapshotPressureMovesSlotsToTheStatePoolGroup) {
   EXPECT_EQ(fixed->adjust().status().code(), StatusCode::kFailedPrecondition);
 }
 
+// The donor is chosen among the pool groups that can give a step's bytes: an idle pool group
+// too small to give one (the live states' on the host tier) must not stop the snapshot pool
+// group from giving to the KV pool group under pressure once both are full. Before, the idle
+// pool group counted as the oldest and blocked every step on its tier from then on.
+TEST(Rebalance, AnIdlePoolGroupThatCannotGiveDoesNotBlockTheOthers) {
+  std::mt19937_64 rng(12);
+  LifecycleModel model;
+  model.pool_rebalance = true;
+  model.snapshot_dtype = DType::kBF16;
+  model.host_quota = 64ull << 20;  // a step (1/128 of it) is more than the live states' slots
+  const StoragePlan probe = make_manager(model)->plan();
+  const PoolGroupId live = probe.cache_group(kSsm).pool_group;
+  const PoolGroupId snap = probe.cache_group(kSsm).page_pool_group(true);
+  const PoolGroupId kv = probe.cache_group(kFull).pool_group;
+  ASSERT_NE(live, snap);
+  std::vector<double> ratio(probe.pool_groups().size(), 1.0);
+  ratio[live.value] = 0.01;
+  ratio[kv.value] = 0.1;  // the KV pages come under pressure long before the snapshots
+  model.pool_ratio = ratio;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  const auto host = [&](PoolGroupId pg) {
+    return m->storage_stats().tiers[1].pool_groups[pg.value];
+  };
+  const auto kv_bytes = [&] { return host(kv).total_slots * m->plan().pool_group(kv).slot_bytes; };
+  ASSERT_LT(host(live).total_slots * m->plan().pool_group(live).slot_bytes, (64ull << 20) / 128);
+  std::optional<uint64_t> kv_when_full;  // once the snapshots' pool group has no free slot
+  for (int i = 0; i < 6000; ++i) {
+    Request r = make_request(*m, random_tokens(rng, 68), 68);
+    ASSERT_OK(r.cache->resume({}));
+    ASSERT_OK(advance(engine, r, 64));
+    ASSERT_OK(testing::commit_computed(r));
+    ASSERT_OK(r.cache->close());
+    if (m->need_adjustment()) ASSERT_OK(m->adjust().status());
+    if (!kv_when_full && host(snap).free_slots == 0) kv_when_full = kv_bytes();
+  }
+  ASSERT_TRUE(kv_when_full.has_value()) << "the snapshots never filled their pool group";
+  std::printf("host KV bytes: %llu when the snapshots filled theirs, %llu at the end\n",
+              (unsigned long long)*kv_when_full, (unsigned long long)kv_bytes());
+  // At least one whole step (spare bytes alone give a slot or two).
+  EXPECT_GE(kv_bytes(), *kv_when_full + (64ull << 20) / 128)
+      << "no step after the idle pool group could not give";
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
 }  // namespace
 }  // namespace hybridkv

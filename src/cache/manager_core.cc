@@ -17,7 +17,7 @@ ManagerCore::ManagerCore(StoragePlan p, std::unique_ptr<memory::MemoryBackend> b
       backend_(std::move(b)),
       storage_(plan_, backend_.get()),
       index_(plan_, storage_),
-      rebalance_weights_(rebalance_weights(plan_)) {
+      rebalanced_(rebalanced_pool_groups(plan_)) {
   for (const TierPlan& t : plan_.tiers()) quotas_.push_back(t.quota);
 }
 

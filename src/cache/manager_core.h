@@ -37,9 +37,9 @@ struct CacheInfo {
   CopyEvent ready;
 };
 
-// Per pool group: 0 when rebalancing leaves it alone, else the divisor of its victims' age
-// (1 for KV, kSnapshotWeight for snapshots; rebalance.cc).
-std::vector<uint64_t> rebalance_weights(const StoragePlan& plan);
+// Per pool group: whether rebalancing trades its slots (shared KV and snapshot pool groups;
+// rebalance.cc).
+std::vector<bool> rebalanced_pool_groups(const StoragePlan& plan);
 
 class ManagerCore {
  public:
@@ -161,7 +161,7 @@ class ManagerCore {
   // Backs growing pools first (a backend failure changes nothing and is returned), then resizes.
   Status apply_slots(storage::TierIndex tier, const std::vector<uint64_t>& want);
 
-  // rebalance.cc (rebalance_weights(plan) fills rebalance_weights_ once)
+  // rebalance.cc (rebalanced_pool_groups(plan) fills rebalanced_ once)
   // The slot counts one rebalancing step would give the tier (nullopt: leave it as it is).
   std::optional<std::vector<uint64_t>> rebalance_target(storage::TierIndex tier) const;
 
@@ -207,8 +207,8 @@ class ManagerCore {
   std::unordered_map<uint64_t, std::vector<std::pair<prefix::NodeId, CacheGroupId>>> drops_;
   uint64_t next_drop_ = 1;
   std::vector<uint64_t> quotas_;  // per tier: the quota in force (set_quota changes it)
-  // Per pool group: 0 not rebalanced, else the divisor of its victims' age (rebalance.cc).
-  const std::vector<uint64_t> rebalance_weights_;
+  // Per pool group: whether rebalancing trades its slots (rebalance.cc).
+  const std::vector<bool> rebalanced_;
   mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
 };
 

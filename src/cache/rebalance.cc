@@ -2,16 +2,25 @@
 // a tier trade slots while serving, so that no fixed split (the typical step's) decides how many
 // snapshots and how many KV pages are kept.
 //
-// The rule is one LRU over the tier's bytes: under it, the next victim of every pool group would
-// have waited equally long. Storage::pressure_age measures that wait, weighted by the victim's
-// age class (snapshot pricing); demoted pages, which are worth nothing, do not count; a
-// snapshot pool group's wait counts 1/kSnapshotWeight. When the
-// youngest victim's wait is below 1/kHysteresis of the oldest's and the young pool group has
-// evicted at least kMinVictims pages since the last step, about 1/kStepDivisor of the tier moves
-// from the old pool group to the young one. A step that cannot be taken (LOCKED pages, GPU
-// floors, reserved slots) is skipped: it changes nothing. On the GPU no pool group goes below
-// its floor: what the declared constraints need (the hybrid manager declares one request of
-// ServingConfig::max_seq_len).
+// The rule is one LRU over the tier's bytes: under it, the page every pool group would give up
+// first would have waited equally long. Storage::pressure_age measures that wait, weighted by
+// the page's age class (snapshot pricing prices a snapshot against KV there); demoted pages,
+// which are worth nothing, do not count. The receiver is the pool group under pressure (it
+// evicted at least kMinVictims pages since the last step) whose victim is youngest; the donor is
+// the pool group, among those that can give the step's bytes, whose oldest page has waited
+// longest (a pool group with free slots counts its oldest page too, and an empty one counts as
+// infinitely old). When the donor's wait is at least kHysteresis times the receiver's, about
+// 1/kStepDivisor of the tier moves from the one to the other. A step that cannot be taken
+// (LOCKED pages, GPU floors, reserved slots) is skipped: it changes nothing. On the GPU no pool
+// group goes below its floor: what the declared constraints need (the hybrid manager declares
+// one request of ServingConfig::max_seq_len).
+//
+// Measured on the conversation trace (bench/RESULTS.md, 2026-12-01, later): choosing the donor
+// among the pool groups that can give (before, an idle pool group too small to give blocked
+// every step on its tier) and judging idle pool groups by their oldest page took Nemotron-H at
+// GPU 40 + host 200 GiB with fp8 snapshots from 0.897 to 0.913 of attention-only reuse and
+// Qwen3-Next at 16 + 64 GiB from 0.817 to 0.858. Snapshots' waits are no longer divided by 2:
+// snapshot pricing weighs them, and the extra weight now cost the demo's slice 8 %.
 #include <algorithm>
 
 #include "cache/manager_core.h"
@@ -23,61 +32,54 @@ namespace {
 constexpr double kHysteresis = 1.5;
 constexpr uint64_t kMinVictims = 16;
 constexpr uint64_t kStepDivisor = 128;
-// A snapshot's bytes count this many times a KV page's: dropping it loses the whole KV run under
-// it, dropping a KV page one block. Measured on the conversation trace (bench/RESULTS.md): 2 took
-// Nemotron-H at one 80 GiB GPU tier from 20.58 M to 22.05 M reused tokens and moved the other
-// runs by under 1 %; 4 measured the same as 2. With snapshot pricing (each snapshot's wait also
-// weighted by its age class) 1 measured 0.3-4 % more reuse in 6 of 8 whole-trace runs but 11 %
-// less on the demo's slice (bench/RESULTS.md, 2026-12-01): 2 stays.
-constexpr uint64_t kSnapshotWeight = 2;
 
 }  // namespace
 
-std::vector<uint64_t> rebalance_weights(const StoragePlan& plan) {
-  std::vector<uint64_t> weights(plan.pool_groups().size(), 0);
+std::vector<bool> rebalanced_pool_groups(const StoragePlan& plan) {
+  std::vector<bool> rebalanced(plan.pool_groups().size(), false);
   for (const CacheGroup& g : plan.cache_groups()) {
     const PoolGroup& pg = plan.pool_group(g.pool_group);
     if (g.policy != ReusePolicy::kPrivate && !pg.fixed_private && !pg.live_floor)
-      weights[pg.id.value] = 1;
-    if (g.snapshot_pool_group) weights[g.snapshot_pool_group->value] = 1;
+      rebalanced[pg.id.value] = true;
+    if (g.snapshot_pool_group) rebalanced[g.snapshot_pool_group->value] = true;
   }
-  for (const CacheGroup& g : plan.cache_groups()) {
-    uint64_t& w = weights[g.page_pool_group(true).value];
-    if (g.kind == GroupKind::kSsm && w != 0) w = kSnapshotWeight;
-  }
-  return weights;
+  return rebalanced;
 }
 
 std::optional<std::vector<uint64_t>> ManagerCore::rebalance_target(storage::TierIndex t) const {
   const TierPlan& tp = plan_.tiers()[t.value];
-  std::optional<PoolGroupId> young, old;
-  uint64_t young_age = UINT64_MAX, old_age = 0, used = 0;
-  std::vector<uint64_t> want;
+  const uint64_t quota = quotas_[t.value];
+  std::vector<uint64_t> want, age;
+  uint64_t used = 0;
+  std::optional<PoolGroupId> to;
   for (const PoolGroup& pg : plan_.pool_groups()) {
     want.push_back(storage_.counts(t, pg.id).total);
     used += want.back() * pg.slot_bytes;
-    const uint64_t weight = rebalance_weights_[pg.id.value];
-    if (weight == 0) continue;
-    uint64_t age = storage_.pressure_age(t, pg.id);
-    if (age != UINT64_MAX) age /= weight;
-    if (!young || age < young_age) young = pg.id, young_age = age;
-    if (!old || age >= old_age) old = pg.id, old_age = age;
+    age.push_back(storage_.pressure_age(t, pg.id));
+    if (!rebalanced_[pg.id.value] || storage_.idle(t, pg.id)) continue;
+    if (!to || age.back() < age[to->value]) to = pg.id;
   }
-  if (!young || !old || *young == *old) return std::nullopt;
-  if (storage_.victims(t, *young) < kMinVictims) return std::nullopt;
-  if (old_age != UINT64_MAX && static_cast<double>(old_age) < kHysteresis * young_age)
-    return std::nullopt;
-  const PoolGroup& to = plan_.pool_group(*young);
-  const PoolGroup& from = plan_.pool_group(*old);
-  const uint64_t quota = quotas_[t.value];
-  const uint64_t gain = std::max<uint64_t>(1, quota / kStepDivisor / to.slot_bytes);
+  if (!to || storage_.victims(t, *to) < kMinVictims) return std::nullopt;
+  const uint64_t gain =
+      std::max<uint64_t>(1, quota / kStepDivisor / plan_.pool_group(*to).slot_bytes);
   const uint64_t spare = quota > used ? quota - used : 0;
-  const uint64_t need = gain * to.slot_bytes > spare ? gain * to.slot_bytes - spare : 0;
-  const uint64_t loss = (need + from.slot_bytes - 1) / from.slot_bytes;
-  const uint64_t floor = tp.kind == TierKind::kGpu ? from.floor_slots : 0;
-  if (want[from.id.value] < floor + loss) return std::nullopt;
-  want[from.id.value] -= loss;
-  want[to.id.value] += gain;
+  const uint64_t gain_bytes = gain * plan_.pool_group(*to).slot_bytes;
+  const uint64_t need = gain_bytes > spare ? gain_bytes - spare : 0;
+  std::optional<PoolGroupId> from;
+  uint64_t loss = 0;
+  for (const PoolGroup& pg : plan_.pool_groups()) {
+    if (pg.id == *to || !rebalanced_[pg.id.value]) continue;
+    const uint64_t slots = (need + pg.slot_bytes - 1) / pg.slot_bytes;
+    const uint64_t floor = tp.kind == TierKind::kGpu ? pg.floor_slots : 0;
+    if (want[pg.id.value] < floor + slots) continue;
+    if (!from || age[pg.id.value] >= age[from->value]) from = pg.id, loss = slots;
+  }
+  if (!from) return std::nullopt;
+  if (age[from->value] != UINT64_MAX &&
+      static_cast<double>(age[from->value]) < kHysteresis * static_cast<double>(age[to->value]))
+    return std::nullopt;
+  want[from->value] -= loss;
+  want[to->value] += gain;
   return want;
 }
 

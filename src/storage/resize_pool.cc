@@ -49,9 +49,9 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
 
 uint64_t Storage::pressure_age(TierIndex tier, PoolGroupId pg) const {
   const PoolSlots& s = slots(tier, pg);
-  if (!s.free.empty() && s.victims == 0) return UINT64_MAX;
   const PageId next = s.droppable.front_not_demoted();
-  return next == kNoPage ? 0 : page(next).weighted_age(tick_);
+  if (next == kNoPage) return idle(tier, pg) ? UINT64_MAX : 0;
+  return page(next).weighted_age(tick_);
 }
 
 void Storage::reset_victims(TierIndex tier) {

@@ -2,7 +2,7 @@
 # The GPU runs of the CUDA backend, on the GPU machine (device tool), from binaries built on the
 # development machine and carried in gpu_bin/ (scripts/gpu_pack.sh). Logs go to $OUT (at most 8
 # files come back).
-#   bash scripts/gpu_session.sh suite|bench|final|sanitize|pymod|hf|precision|all
+#   bash scripts/gpu_session.sh suite|suite_tests|bench|final|sanitize|racecheck|pymod|hf|precision|all
 set -u
 OUT=${OUT:-/tmp/hkv-out}
 mkdir -p "$OUT" /work
@@ -139,6 +139,27 @@ precision() {
     > "$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$?" >> "$OUT/summary.txt"
   hf
+}
+
+# After a rebalancer change: the GPU suite, racecheck and memcheck over the suites that move pages
+# and resize pools, and a verified sim of the slice's first requests on the cuda backend.
+racecheck() {
+  suite_tests
+  for run in "racecheck cuda_backend_test" "racecheck snapshot_precision_test" \
+             "racecheck eviction_order_test" "memcheck eviction_order_test" \
+             "racecheck kv_cache_test --gtest_filter=*Suspend*:*Resume*:*Copy*" \
+             "racecheck disk_tier_test"; do
+    set -- $run
+    tool=$1; shift
+    echo "=== compute-sanitizer --tool $tool $*"
+    (cd /work/main && TMPDIR=/var/tmp timeout 60 compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$B/$@" 2>&1 | grep -E "PASSED|FAILED|SUMMARY|ERROR|rror" | tail -6
+     echo "rc=${PIPESTATUS[0]}")
+  done > "$OUT/sanitizer.log" 2>&1
+  (cd /work/main && timeout 150 "$B/hybridkv" sim --model models/nemotron_h_8b.json \
+    --trace data/mooncake_conversation_first1000.jsonl --limit 200 --backend cuda --verify \
+    --tp 8 --gpu-quota 512MiB --host-quota 1GiB --max-batch 16 --snapshot-dtype fp8 --quiet \
+    > "$OUT/example.txt" 2>&1; echo "sim rc=$?" >> "$OUT/example.txt")
 }
 
 all() {

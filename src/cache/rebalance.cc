@@ -5,8 +5,8 @@
 // The rule is one LRU over the tier's bytes: under it, the page every pool group would give up
 // first would have waited equally long. Storage::pressure_age measures that wait, weighted by
 // the page's age class (snapshot pricing prices a snapshot against KV there); demoted pages,
-// which are worth nothing, do not count. The receiver is the pool group under pressure (it
-// evicted at least kMinVictims pages since the last step) whose victim is youngest; the donor is
+// which are worth nothing, do not count. The receiver is the youngest-victim pool group among
+// those under pressure (at least kMinVictims evictions since the last step); the donor is
 // the pool group, among those that can give the step's bytes, whose oldest page has waited
 // longest (a pool group with free slots counts its oldest page too, and an empty one counts as
 // infinitely old). When the donor's wait is at least kHysteresis times the receiver's, about
@@ -56,10 +56,10 @@ std::optional<std::vector<uint64_t>> ManagerCore::rebalance_target(storage::Tier
     want.push_back(storage_.counts(t, pg.id).total);
     used += want.back() * pg.slot_bytes;
     age.push_back(storage_.pressure_age(t, pg.id));
-    if (!rebalanced_[pg.id.value] || storage_.idle(t, pg.id)) continue;
+    if (!rebalanced_[pg.id.value] || storage_.victims(t, pg.id) < kMinVictims) continue;
     if (!to || age.back() < age[to->value]) to = pg.id;
   }
-  if (!to || storage_.victims(t, *to) < kMinVictims) return std::nullopt;
+  if (!to) return std::nullopt;
   const uint64_t gain =
       std::max<uint64_t>(1, quota / kStepDivisor / plan_.pool_group(*to).slot_bytes);
   const uint64_t spare = quota > used ? quota - used : 0;

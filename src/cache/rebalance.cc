@@ -16,11 +16,13 @@
 // one request of ServingConfig::max_seq_len).
 //
 // Measured on the conversation trace (bench/RESULTS.md, 2026-12-01, later): choosing the donor
-// among the pool groups that can give (before, an idle pool group too small to give blocked
-// every step on its tier) and judging idle pool groups by their oldest page took Nemotron-H at
-// GPU 40 + host 200 GiB with fp8 snapshots from 0.897 to 0.913 of attention-only reuse and
-// Qwen3-Next at 16 + 64 GiB from 0.817 to 0.858. Snapshots' waits are no longer divided by 2:
-// snapshot pricing weighs them, and the extra weight now cost the demo's slice 8 %.
+// among the pool groups that can give and the receiver among those under pressure (before, an
+// idle pool group too small to give, or one with no slot, stopped every step on its tier), and
+// judging idle pool groups by their oldest page, took Nemotron-H at GPU 40 + host 200 GiB with
+// fp8 snapshots from 0.897 to 0.913 of attention-only reuse and Qwen3-Next at 16 + 64 GiB from
+// 0.817 to 0.858, and made the starting split (--typical-len) matter little. Snapshots' waits
+// are no longer divided by 2: snapshot pricing weighs them, and the extra weight now cost the
+// demo's slice 8 %.
 #include <algorithm>
 
 #include "cache/manager_core.h"

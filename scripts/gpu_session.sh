@@ -142,6 +142,7 @@ precision() {
 }
 
 # After a rebalancer change: the GPU suite, racecheck and memcheck over the suites that move pages
+# (racecheck of eviction_order_test takes about 250 s on the H200)
 # and resize pools, and a verified sim of the slice's first requests on the cuda backend.
 racecheck() {
   suite_tests
@@ -152,7 +153,7 @@ racecheck() {
     set -- $run
     tool=$1; shift
     echo "=== compute-sanitizer --tool $tool $*"
-    (cd /work/main && TMPDIR=/var/tmp timeout 60 compute-sanitizer --tool "$tool" \
+    (cd /work/main && TMPDIR=/var/tmp timeout 300 compute-sanitizer --tool "$tool" \
       --error-exitcode 9 "$B/$@" 2>&1 | grep -E "PASSED|FAILED|SUMMARY|ERROR|rror" | tail -6
      echo "rc=${PIPESTATUS[0]}")
   done > "$OUT/sanitizer.log" 2>&1

@@ -50,8 +50,8 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
 uint64_t Storage::pressure_age(TierIndex tier, PoolGroupId pg) const {
   const PoolSlots& s = slots(tier, pg);
   const PageId next = s.droppable.front_not_demoted();
-  if (next == kNoPage) return idle(tier, pg) ? UINT64_MAX : 0;
-  return page(next).weighted_age(tick_);
+  if (next != kNoPage) return page(next).weighted_age(tick_);
+  return !s.free.empty() && s.victims == 0 ? UINT64_MAX : 0;
 }
 
 void Storage::reset_victims(TierIndex tier) {

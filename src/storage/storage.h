@@ -69,17 +69,14 @@ class Storage {
 
   // --- pressure (pool rebalancing) ---
   // How long (in weighted queue ticks) the page that (tier, pg) would give up first has waited:
-  // the oldest DROPPABLE page that is not demoted (its next victim, or, while it is idle, the
-  // page it would evict once full). With no such page: UINT64_MAX while idle (its bytes serve
-  // nothing), else 0 (only HELD or demoted pages are left). Under one LRU over all bytes every
-  // pool group would show the same age: the rebalancer moves bytes toward the youngest.
+  // the oldest DROPPABLE page that is not demoted (its next victim, or, with free slots, the
+  // page it would evict once full). With no such page: UINT64_MAX when a free slot has waited
+  // with no eviction since the last reset_victims (its bytes serve nothing), else 0 (only HELD
+  // or demoted pages are left). Under one LRU over all bytes every pool group would show the
+  // same age: the rebalancer moves bytes toward the youngest.
   uint64_t pressure_age(TierIndex tier, PoolGroupId pg) const;
   // Evictions of pages that were not demoted on (tier, pg) since the last reset_victims.
   uint64_t victims(TierIndex tier, PoolGroupId pg) const { return slots(tier, pg).victims; }
-  // A free slot and no eviction since the last reset_victims: more bytes would serve nothing.
-  bool idle(TierIndex tier, PoolGroupId pg) const {
-    return !slots(tier, pg).free.empty() && slots(tier, pg).victims == 0;
-  }
   void reset_victims(TierIndex tier);
 
   // --- page lifetimes ---

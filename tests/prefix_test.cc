@@ -147,6 +147,23 @@ TEST_F(PrefixIndexTest, MatchIsPrunedBackToTheLastSnapshot) {
   EXPECT_EQ(index_->check(), "");
 }
 
+// What a match lost to snapshots that were there and left (the sim's "reuse lost" line).
+TEST_F(PrefixIndexTest, AMatchReportsWhatDroppedSnapshotsWouldHaveAdded) {
+  commit(6, {1, 3});  // KV for 24 tokens, snapshots after 8 and 16
+  BlockHasher hasher(BlockHash::kSha256);
+  auto match = [&] { return index_->match(hasher, {}, std::span(tokens_).first(30), {}).match; };
+  EXPECT_EQ(match().reused_tokens, 16u);
+  EXPECT_EQ(match().dropped_snapshot_tokens, 0u);  // 16 -> 24 never had a snapshot
+  // Both snapshots are evicted; the KV stays.
+  const PoolGroupId pg = plan_->cache_group(ssm_).page_pool_group(true);
+  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).total);
+  const ReuseMatch m = match();
+  EXPECT_EQ(m.reused_tokens, 0u);
+  EXPECT_EQ(m.hybrid_tokens, 24u);
+  EXPECT_EQ(m.dropped_snapshot_tokens, 16u);  // up to the deepest dropped one, not past it
+  EXPECT_EQ(index_->check(), "");
+}
+
 TEST_F(PrefixIndexTest, OffersAreDeduplicatedAgainstTheTree) {
   commit(1, {});
   const NodeId node =

@@ -223,6 +223,12 @@ TEST_P(EveryModel, FinishesTheSliceAtDefaultAndSmallQuotas) {
     const nlohmann::json j = nlohmann::json::parse(slurp(json));
     EXPECT_EQ(j["requests"].get<uint64_t>(), static_cast<uint64_t>(kEveryModelLimit)) << quotas;
     EXPECT_LE(j["resumes"].get<uint64_t>(), j["suspends"].get<uint64_t>()) << quotas;
+    // The "reuse lost" line: each stage of a match keeps at most what the one before found.
+    const auto reused = j["reused_tokens"].get<uint64_t>();
+    const auto kv = j["matched_kv_tokens"].get<uint64_t>();
+    EXPECT_LE(reused, kv) << quotas;
+    EXPECT_LE(kv, j["matched_tree_tokens"].get<uint64_t>()) << quotas;
+    EXPECT_LE(j["dropped_snapshot_tokens"].get<uint64_t>(), kv - reused) << quotas;
     if (quotas.empty()) {
       EXPECT_EQ(j["requests_skipped"].get<uint64_t>(), 0u);
     }

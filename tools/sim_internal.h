@@ -28,6 +28,11 @@ struct SimCounters {
   uint64_t steps = 0;
   uint64_t prompt_tokens = 0;
   uint64_t reused_tokens = 0;
+  // Where the rest of the first admissions' matches went (ReuseMatch): tokens found in the tree,
+  // then covered by KV, then the part of the snapshot shortfall a dropped snapshot caused.
+  uint64_t tree_tokens = 0;
+  uint64_t kv_tokens = 0;
+  uint64_t dropped_snapshot_tokens = 0;
   uint64_t suspends = 0;           // preemptions that kept the request's pages (swap)
   uint64_t resumes = 0;            // ... and their resumes (never more than suspends)
   uint64_t recomputes = 0;         // preemptions that freed the request (it is recomputed)

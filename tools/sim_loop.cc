@@ -153,7 +153,11 @@ bool Scheduler::create(Running& r, const Waiting& w) {
   if (w.order == kNoOrder) {  // the first admission is what the report counts
     r.order = next_order_++;
     c_.prompt_tokens += t.input_length;
-    c_.reused_tokens += h_.cache(w.index)->reuse_match().reused_tokens;
+    const ReuseMatch& m = h_.cache(w.index)->reuse_match();
+    c_.reused_tokens += m.reused_tokens;
+    c_.tree_tokens += m.divergence_tokens;
+    c_.kv_tokens += m.hybrid_tokens;
+    c_.dropped_snapshot_tokens += m.dropped_snapshot_tokens;
     c_.bound_tokens += bound_[w.index];
   }
   if (engine_) {

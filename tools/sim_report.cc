@@ -130,6 +130,9 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_
   j["reuse_bound_tokens"] = f.bound;
   j["reused_share_of_prompt"] = f.share(c.reused_tokens, c.prompt_tokens);
   j["reused_share_of_bound"] = f.share(c.reused_tokens, f.bound);
+  j["matched_tree_tokens"] = c.tree_tokens;
+  j["matched_kv_tokens"] = c.kv_tokens;
+  j["dropped_snapshot_tokens"] = c.dropped_snapshot_tokens;
   j["ssm_snapshot_hits"] = f.snapshot_hits;
   j["ssm_snapshots_served_by_tier"] = {
       {"gpu", f.snapshot_tiers[0]}, {"host", f.snapshot_tiers[1]}, {"disk", f.snapshot_tiers[2]}};
@@ -152,6 +155,18 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_
   return j;
 }
 
+// Where the tokens between the bound and the reused ones went, in the order a match loses them.
+void print_losses(const SimCounters& c, const Figures& f) {
+  using ull = unsigned long long;
+  const uint64_t tree = std::min(c.tree_tokens, f.bound);
+  const uint64_t no_snapshot = c.kv_tokens - c.reused_tokens;
+  std::printf(
+      "reuse lost          %llu not in the tree; %llu in the tree without KV; %llu with KV and "
+      "no snapshot at its end (%llu where a snapshot had been dropped)\n",
+      static_cast<ull>(f.bound - tree), static_cast<ull>(c.tree_tokens - c.kv_tokens),
+      static_cast<ull>(no_snapshot), static_cast<ull>(c.dropped_snapshot_tokens));
+}
+
 void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, const SimCounters& c,
                 const Figures& f, const testing::FakeEngine* engine) {
   using ull = unsigned long long;
@@ -171,6 +186,7 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
       static_cast<ull>(c.reused_tokens), 100 * f.share(c.reused_tokens, c.prompt_tokens),
       static_cast<ull>(f.bound), 100 * f.share(f.bound, c.prompt_tokens),
       100 * f.share(c.reused_tokens, f.bound));
+  print_losses(c, f);
   std::printf(
       "SSM snapshot hits   %llu of %llu lookups (re-admissions after recompute count); served "
       "from GPU %llu, host %llu, disk %llu\n",

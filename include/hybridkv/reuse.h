@@ -55,11 +55,14 @@ struct ReuseMatch {
   uint64_t divergence_tokens = 0;  // tokens found in the tree before any trimming
   uint64_t hybrid_tokens = 0;      // after backoff and attention coverage, before SSM snapshots
   uint64_t reused_tokens = 0;      // what create() reuses
+  // Of hybrid - reused: up to the deepest block end in (reused, hybrid] whose snapshot was
+  // evicted or released (the rest never had one); 0 without a REQUIRED SSM group.
+  uint64_t dropped_snapshot_tokens = 0;
   std::vector<GroupReuse> groups;  // by cache group id
   // Block ends on the matched path, past the reused tokens, where earlier lookups found
   // attention reuse but no snapshot (demand-driven snapshot points).
   std::vector<uint64_t> demand_points;
-  // Invariant: reused <= hybrid <= divergence <= lookup.
+  // Invariant: reused <= hybrid <= divergence <= lookup; dropped_snapshot <= hybrid - reused.
 };
 
 struct GroupReuseStats {

@@ -40,6 +40,7 @@ class Matcher {
   uint64_t attention_limit(const CacheGroup& g, uint64_t L) const;
   uint64_t snapshot_limit(const CacheGroup& g, uint64_t L) const;
   uint64_t fixed_point(uint64_t L, bool with_ssm) const;
+  uint64_t dropped_snapshot_tokens(uint64_t reused, uint64_t hybrid) const;
   void report_groups(uint64_t backed_off);
   std::vector<std::pair<uint64_t, uint64_t>> coverage_ranges(const CacheGroup& g,
                                                              uint64_t end) const;
@@ -191,6 +192,21 @@ uint64_t Matcher::fixed_point(uint64_t L, bool with_ssm) const {
   }
 }
 
+// Tokens past `reused` up to the deepest block end at or before `hybrid` where a snapshot was
+// dropped (Node::snapshot_dropped): what keeping it would have added to this match.
+uint64_t Matcher::dropped_snapshot_tokens(uint64_t reused, uint64_t hybrid) const {
+  if (hybrid <= reused) return 0;
+  const uint64_t divergence = mp_.match.divergence_tokens;
+  if (mp_.tail != kNoNode && tail_whole_ && divergence == hybrid &&
+      tree_.node(mp_.tail).snapshot_dropped) {
+    return hybrid - reused;
+  }
+  for (uint64_t b = std::min<uint64_t>(hybrid / tpb_, mp_.path.size()); b * tpb_ > reused; --b) {
+    if (tree_.node(mp_.path[b - 1]).snapshot_dropped) return b * tpb_ - reused;
+  }
+  return 0;
+}
+
 void Matcher::prune_and_report() {
   covered_.assign(plan_.cache_groups().size(), 0);
   for (const CacheGroup& g : plan_.cache_groups()) {
@@ -201,6 +217,7 @@ void Matcher::prune_and_report() {
   const uint64_t backed_off = m.divergence_tokens > backoff ? m.divergence_tokens - backoff : 0;
   m.hybrid_tokens = fixed_point(backed_off, false);  // attention coverage only
   m.reused_tokens = fixed_point(m.hybrid_tokens, true);
+  m.dropped_snapshot_tokens = dropped_snapshot_tokens(m.reused_tokens, m.hybrid_tokens);
   for (size_t i = 0; i < mp_.path.size(); ++i) {
     if (tree_.node(mp_.path[i]).demanded && (i + 1) * tpb_ > m.reused_tokens)
       m.demand_points.push_back((i + 1) * tpb_);

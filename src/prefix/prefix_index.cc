@@ -106,8 +106,10 @@ void PrefixIndex::publish(NodeId node, CacheGroupId group, PageId page, uint32_t
   np.page = page;
   np.coverage = coverage;
   storage_.set_owner(page, node.value);
-  if (plan_.cache_group(group).kind == GroupKind::kSsm)
+  if (plan_.cache_group(group).kind == GroupKind::kSsm) {
     ++stats_.groups[group.value].snapshots_stored;
+    tree_.node(node).snapshot_dropped = false;
+  }
   note_published(node, group, page);
   emit(CacheEventKind::kStored, node, group);
 }
@@ -184,9 +186,10 @@ ReuseStats PrefixIndex::stats() const {
   return out;
 }
 
-void PrefixIndex::note_removed(CacheGroupId group) {
-  if (plan_.cache_group(group).kind == GroupKind::kSsm)
-    ++stats_.groups[group.value].snapshots_removed;
+void PrefixIndex::note_removed(NodeId node, CacheGroupId group) {
+  if (plan_.cache_group(group).kind != GroupKind::kSsm) return;
+  ++stats_.groups[group.value].snapshots_removed;
+  tree_.node(node).snapshot_dropped = true;
 }
 
 ReuseStats PrefixIndex::take_stats() {
@@ -219,7 +222,7 @@ void PrefixIndex::unpublish(NodeId node, CacheGroupId group) {
   NodePage& np = tree_.pages(node)[group.value];
   if (np.page == kNoPage) return;
   emit(CacheEventKind::kRemoved, node, group);
-  note_removed(group);
+  note_removed(node, group);
   const PageId pid = np.page;
   np = NodePage{};
   note_unpublished(node, group);
@@ -232,7 +235,7 @@ void PrefixIndex::on_page_dropped(PageId page, storage::OwnerTag owner, CacheGro
   HKV_CHECK(tree_.pages(node)[group.value].page == page, "dropped page %u is not in the tree",
             page.value);
   emit(CacheEventKind::kRemoved, node, group);
-  note_removed(group);
+  note_removed(node, group);
   tree_.pages(node)[group.value] = NodePage{};
   note_unpublished(node, group);
   tree_.prune(node);

@@ -123,7 +123,7 @@ class PrefixIndex final : public storage::PageObserver {
   void mark_superseded(NodeId id, bool demoted);
 
   void emit(CacheEventKind kind, NodeId node, CacheGroupId group);
-  void note_removed(CacheGroupId group);  // snapshot statistics
+  void note_removed(NodeId node, CacheGroupId group);  // snapshot statistics and marks
   void unpublish(NodeId node, CacheGroupId group);
 
   const StoragePlan& plan_;

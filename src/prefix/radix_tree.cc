@@ -82,6 +82,7 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
   n.full = full;
   n.live = true;
   n.demanded = false;
+  n.snapshot_dropped = false;
   n.resumable = 0;
   for (NodePage& p : pages(id)) p = NodePage{};
   if (parent != kNoNode) {

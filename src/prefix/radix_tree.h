@@ -38,6 +38,9 @@ struct Node {
   std::vector<NodeId> children;  // full and partial
   uint32_t pins = 0;             // roots, and caches committing under this node
   bool demanded = false;         // a lookup wanted an SSM snapshot at this block's end
+  // A snapshot of an SSM group left this node (evicted or released) and none came back since:
+  // matches report the tokens it would have added (ReuseMatch::dropped_snapshot_tokens).
+  bool snapshot_dropped = false;
   // Snapshot-aware eviction (worth.cc): 1 for a snapshot of the index's resume group at this
   // node, plus 1 per child whose count is not 0. Zero: no request can resume at or below the
   // node, so its KV is worth nothing to a hybrid model.

@@ -164,6 +164,38 @@ TEST_F(PrefixIndexTest, AMatchReportsWhatDroppedSnapshotsWouldHaveAdded) {
   EXPECT_EQ(index_->check(), "");
 }
 
+// A full-attention block dropped from the tree takes the KV below it along (no match reaches
+// it); the snapshots below stay and serve again once a request computes the block again.
+TEST_F(PrefixIndexTest, DroppingAKvBlockDropsTheKvBelowItAndKeepsTheSnapshots) {
+  commit(6, {1, 5});  // KV for 24 tokens, snapshots after 8 and 24
+  std::vector<NodeId> blocks;
+  for (NodeId parent = index_->root({}); blocks.size() < 6; parent = blocks.back())
+    blocks.push_back(index_->block_node(parent, std::span(tokens_).subspan(blocks.size() * 4, 4),
+                                        blocks.size() * 4, {}, true));
+  // Every KV page but block 2's is used again, so block 2's is the next one evicted.
+  for (size_t b : {0u, 1u, 3u, 4u, 5u}) {
+    const PageId kv = index_->tree().pages(blocks[b])[attn_.value].page;
+    storage_->add_ref(kv, Ref::kActive);
+    storage_->drop_ref(kv, Ref::kActive);
+  }
+  const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
+  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    EXPECT_EQ(index_->holds(blocks[b], attn_), b < 2) << "block " << b;  // 3..5 went with 2
+    EXPECT_EQ(index_->holds(blocks[b], ssm_), b == 1 || b == 5) << "block " << b;
+  }
+  EXPECT_EQ(index_->stats().groups[attn_.value].orphans_dropped, 3u);
+  BlockHasher hasher(BlockHash::kSha256);
+  auto match = [&] { return index_->match(hasher, {}, std::span(tokens_).first(30), {}).match; };
+  EXPECT_EQ(match().reused_tokens, 8u);
+  // A request computes blocks 2..5 again and publishes their KV, no snapshot.
+  for (size_t b = 2; b < blocks.size(); ++b)
+    index_->publish(blocks[b], attn_, storage_->allocate(attn_, kGpuTier), 4);
+  EXPECT_EQ(match().reused_tokens, 24u);  // the snapshot after 24 serves again
+  EXPECT_EQ(index_->check(), "");
+  EXPECT_EQ(storage_->check(), "");
+}
+
 TEST_F(PrefixIndexTest, OffersAreDeduplicatedAgainstTheTree) {
   commit(1, {});
   const NodeId node =

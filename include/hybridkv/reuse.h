@@ -70,11 +70,12 @@ struct GroupReuseStats {
   uint64_t hits = 0;     // ... that reused at least one token for it
   uint64_t misses = 0;
   uint64_t reused_tokens = 0;
-  uint64_t unreused_tokens = 0;              // looked-up tokens not reused
-  uint64_t aligned_snapshot_hits = 0;        // SSM: snapshot at a block boundary
-  uint64_t unaligned_snapshot_hits = 0;      // SSM: snapshot inside a block
-  uint64_t snapshots_stored = 0;             // SSM: snapshots published to the tree
-  uint64_t snapshots_removed = 0;            // SSM: snapshots dropped or unlinked
+  uint64_t unreused_tokens = 0;          // looked-up tokens not reused
+  uint64_t aligned_snapshot_hits = 0;    // SSM: snapshot at a block boundary
+  uint64_t unaligned_snapshot_hits = 0;  // SSM: snapshot inside a block
+  uint64_t snapshots_stored = 0;         // SSM: snapshots published to the tree
+  uint64_t snapshots_removed = 0;        // SSM: snapshots dropped or unlinked
+  uint64_t orphans_dropped = 0;  // attention: pages dropped with a full-attention block above
   std::array<uint64_t, 3> served_by_tier{};  // matched pages by their tier at match time
 };
 

@@ -233,6 +233,7 @@ nb::dict reuse_stats(Manager& m) {
     d["reused_tokens"] = g.reused_tokens;
     d["snapshots_stored"] = g.snapshots_stored;
     d["snapshots_removed"] = g.snapshots_removed;
+    d["orphans_dropped"] = g.orphans_dropped;
     groups.append(d);
   }
   nb::dict out;

@@ -218,14 +218,17 @@ void PrefixIndex::emit(CacheEventKind kind, NodeId node, CacheGroupId group) {
   events_.push_back(std::move(e));
 }
 
-void PrefixIndex::unpublish(NodeId node, CacheGroupId group) {
-  NodePage& np = tree_.pages(node)[group.value];
-  if (np.page == kNoPage) return;
+void PrefixIndex::forget(NodeId node, CacheGroupId group) {
   emit(CacheEventKind::kRemoved, node, group);
   note_removed(node, group);
-  const PageId pid = np.page;
-  np = NodePage{};
+  tree_.pages(node)[group.value] = NodePage{};
   note_unpublished(node, group);
+}
+
+void PrefixIndex::unpublish(NodeId node, CacheGroupId group) {
+  const PageId pid = tree_.pages(node)[group.value].page;
+  if (pid == kNoPage) return;
+  forget(node, group);
   storage_.clear_owner(pid);
   tree_.prune(node);
 }
@@ -234,10 +237,8 @@ void PrefixIndex::on_page_dropped(PageId page, storage::OwnerTag owner, CacheGro
   const NodeId node(owner);
   HKV_CHECK(tree_.pages(node)[group.value].page == page, "dropped page %u is not in the tree",
             page.value);
-  emit(CacheEventKind::kRemoved, node, group);
-  note_removed(node, group);
-  tree_.pages(node)[group.value] = NodePage{};
-  note_unpublished(node, group);
+  forget(node, group);
+  drop_orphaned_kv(node, group);
   tree_.prune(node);
 }
 

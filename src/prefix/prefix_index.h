@@ -121,9 +121,13 @@ class PrefixIndex final : public storage::PageObserver {
   void count_resumable(NodeId id, int delta);
   NodeId superseded_by(NodeId id) const;
   void mark_superseded(NodeId id, bool demoted);
+  void drop_orphaned_kv(NodeId node, CacheGroupId group);
 
   void emit(CacheEventKind kind, NodeId node, CacheGroupId group);
   void note_removed(NodeId node, CacheGroupId group);  // snapshot statistics and marks
+  // The tree lets go of the node's page of `group` (events, statistics, worth); the caller
+  // tells storage and prunes.
+  void forget(NodeId node, CacheGroupId group);
   void unpublish(NodeId node, CacheGroupId group);
 
   const StoragePlan& plan_;

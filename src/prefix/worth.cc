@@ -6,6 +6,8 @@
 //    dropped rather than copied down a tier) until a snapshot appears under it;
 //  - dropping the last snapshot under a KV run demotes that run (the counts of Node::resumable
 //    fall to zero on the way up);
+//  - a full-attention KV block dropped from the tree takes the KV pages below it along
+//    (drop_orphaned_kv): no match reaches them until a request computes the block again;
 //  - a snapshot superseded by a deeper one on a path that does not fork between them is demoted;
 //    it is promoted again when a match resumes from it or the deeper one goes;
 //  - with ManagerConfig::snapshot_pricing, a snapshot ages as fast as it is cheap: tokens of
@@ -64,6 +66,44 @@ void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page) {
     mark_superseded(node, true);
   } else if (plan_.cache_group(group).kind == GroupKind::kAttention) {
     storage_.set_demoted(page, tree_.node(node).resumable == 0);
+  }
+}
+
+// A full-attention block left the tree: until a request computes it again, no match covers
+// its start, so the KV pages below its node serve nobody; they leave the tree now (a request
+// that computes the block again publishes its own). Snapshots below it stay: the request that
+// fills the hole does not snapshot where an earlier one did, and with the hole filled they
+// serve again. A page a plan, an operation or a cache still counts on stays too. They count as
+// evicted (IterationStats).
+void PrefixIndex::drop_orphaned_kv(NodeId node, CacheGroupId group) {
+  const CacheGroup& g = plan_.cache_group(group);
+  if (!resume_group_ || g.kind != GroupKind::kAttention || g.window ||
+      g.policy != ReusePolicy::kRequired) {
+    return;
+  }
+  std::vector<std::pair<NodeId, CacheGroupId>> orphans;
+  std::vector<NodeId> stack{node};
+  while (!stack.empty()) {
+    const NodeId at = stack.back();
+    stack.pop_back();
+    for (const CacheGroup& other : plan_.cache_groups()) {
+      const NodePage& np = tree_.pages(at)[other.id.value];
+      if (other.kind == GroupKind::kAttention && np.page != kNoPage && np.planned_drops == 0 &&
+          !storage_.page(np.page).pinned &&
+          storage_.page(np.page).state() == storage::PageState::kDroppable) {
+        orphans.push_back({at, other.id});
+        ++stats_.groups[other.id.value].orphans_dropped;
+      }
+    }
+    for (NodeId c : tree_.node(at).children) stack.push_back(c);
+  }
+  // Deepest first: a node is pruned only once nothing below it is left in the list.
+  for (auto it = orphans.rbegin(); it != orphans.rend(); ++it) {
+    const auto [at, g_id] = *it;
+    const PageId pid = tree_.pages(at)[g_id.value].page;
+    forget(at, g_id);
+    storage_.drop_owned(pid);
+    tree_.prune(at);
   }
 }
 

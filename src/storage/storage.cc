@@ -104,7 +104,10 @@ void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
               tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
     if (!page(victim).demoted) ++slots(tier, pg).victims;
     if (below && worth_moving(page(victim))) {
+      // Evictions below may make the owner let other pages go (PageObserver): not this one.
+      pin(victim);
       make_room(*below, pg, 1);
+      unpin(victim);
       move(victim, *below);
     } else {
       drop(victim);
@@ -347,10 +350,22 @@ void Storage::drop(PageId id) {
   Page& p = mutable_page(id);
   HKV_CHECK(p.state() == PageState::kDroppable, "page %u dropped while not DROPPABLE", id.value);
   if (observer_ != nullptr) observer_->on_page_dropped(id, p.owner, p.group);
-  ++stats_.pages_dropped;
-  ++stats_.groups[p.group.value].evicted_blocks;
+  count_drop(p);
   p.owner = kNoOwner;
   refresh(id);
+}
+
+void Storage::drop_owned(PageId id) {
+  Page& p = mutable_page(id);
+  HKV_CHECK(p.state() == PageState::kDroppable, "page %u dropped while not DROPPABLE", id.value);
+  count_drop(p);
+  p.owner = kNoOwner;
+  refresh(id);
+}
+
+void Storage::count_drop(const Page& p) {
+  ++stats_.pages_dropped;
+  ++stats_.groups[p.group.value].evicted_blocks;
 }
 
 void Storage::release(PageId id) {

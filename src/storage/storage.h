@@ -93,6 +93,9 @@ class Storage {
   // The prefix index keeps the page / lets it go (released when no cache refers to it).
   void set_owner(PageId id, OwnerTag owner);
   void clear_owner(PageId id);
+  // The owner evicts a DROPPABLE page itself (it has already forgotten it; the observer is not
+  // called): counted as a dropped page, then released.
+  void drop_owned(PageId id);
   void set_priority(PageId id, int32_t priority);
   // The owner's verdict on the page's worth (Page::demoted); not an event.
   void set_demoted(PageId id, bool demoted);
@@ -169,6 +172,7 @@ class Storage {
   void requeue(PageId id, Change&& change);
   void notify_updated(PageId id);
   void drop(PageId id);
+  void count_drop(const Page& p);
   void release(PageId id);
   // The page is dead: skip its offload copy if it has not run (counted in the stats).
   void cancel_offload(Page& p);

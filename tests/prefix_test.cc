@@ -102,6 +102,7 @@ class PrefixIndexTest : public ::testing::Test {
     c.ssm_layers.push_back(ssm);
     c.attention_layers.push_back(full);
     c.tiers = {{TierKind::kGpu, 4ull << 20, ""}};
+    if (host_bytes_ > 0) c.tiers.push_back({TierKind::kHost, host_bytes_, ""});
     plan_ = std::make_unique<StoragePlan>(*StoragePlan::build(c));
     backend_ = std::move(memory::make_backend({BackendKind::kNone})).value();
     ASSERT_TRUE(backend_->allocate(*plan_).is_ok());
@@ -129,6 +130,7 @@ class PrefixIndexTest : public ::testing::Test {
     for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i);
     return t;
   }();
+  uint64_t host_bytes_ = 0;  // a host tier under the GPU when set
   std::unique_ptr<StoragePlan> plan_;
   std::unique_ptr<memory::MemoryBackend> backend_;
   std::unique_ptr<storage::Storage> storage_;
@@ -194,6 +196,40 @@ TEST_F(PrefixIndexTest, DroppingAKvBlockDropsTheKvBelowItAndKeepsTheSnapshots) {
   EXPECT_EQ(match().reused_tokens, 24u);  // the snapshot after 24 serves again
   EXPECT_EQ(index_->check(), "");
   EXPECT_EQ(storage_->check(), "");
+}
+
+class PrefixIndexTwoTiers : public PrefixIndexTest {
+ protected:
+  PrefixIndexTwoTiers() { host_bytes_ = 16 << 10; }
+};
+
+// The GPU's victim goes down to a full host, whose own victim is a block above it: that
+// block's loss orphans the KV below it, the victim on its way down among it. The victim arrives
+// on the host; the other orphans go.
+TEST_F(PrefixIndexTwoTiers, AVictimOnItsWayDownStaysWhenTheHostDropsTheBlockAboveIt) {
+  const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
+  const storage::TierIndex host(1);
+  const uint64_t h = storage_->counts(host, pg).total;
+  ASSERT_GE(h, 2u);
+  ASSERT_LE((h + 2) * 4, tokens_.size());
+  std::vector<NodeId> blocks;
+  for (NodeId parent = index_->root({}); blocks.size() < h + 2; parent = blocks.back())
+    blocks.push_back(index_->block_node(parent, std::span(tokens_).subspan(blocks.size() * 4, 4),
+                                        blocks.size() * 4, {}, true));
+  // A snapshot at the end first, so no KV is demoted; then the KV, oldest first: blocks 0 ..
+  // h - 1 fill the host, h and h + 1 are on the GPU.
+  index_->publish(blocks.back(), ssm_, storage_->allocate(ssm_, kGpuTier), 4);
+  for (size_t b = 0; b < blocks.size(); ++b)
+    index_->publish(blocks[b], attn_, storage_->allocate(attn_, b < h ? host : kGpuTier), 4);
+  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);
+  EXPECT_EQ(storage_->check(), "");
+  EXPECT_EQ(index_->check(), "");
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    EXPECT_EQ(index_->holds(blocks[b], attn_), b == h) << "block " << b;
+  }
+  EXPECT_EQ(storage_->page(index_->tree().pages(blocks[h])[attn_.value].page).tier,
+            TierKind::kHost);
+  EXPECT_EQ(index_->stats().groups[attn_.value].orphans_dropped, h);  // 1 .. h - 1 and h + 1
 }
 
 TEST_F(PrefixIndexTest, OffersAreDeduplicatedAgainstTheTree) {

@@ -346,26 +346,21 @@ void Storage::refresh(PageId id) {
   }
 }
 
+// The observer forgets the page (it stays DROPPABLE meanwhile), then it goes as drop_owned.
 void Storage::drop(PageId id) {
-  Page& p = mutable_page(id);
+  const Page& p = page(id);
   HKV_CHECK(p.state() == PageState::kDroppable, "page %u dropped while not DROPPABLE", id.value);
   if (observer_ != nullptr) observer_->on_page_dropped(id, p.owner, p.group);
-  count_drop(p);
-  p.owner = kNoOwner;
-  refresh(id);
+  drop_owned(id);
 }
 
 void Storage::drop_owned(PageId id) {
   Page& p = mutable_page(id);
   HKV_CHECK(p.state() == PageState::kDroppable, "page %u dropped while not DROPPABLE", id.value);
-  count_drop(p);
-  p.owner = kNoOwner;
-  refresh(id);
-}
-
-void Storage::count_drop(const Page& p) {
   ++stats_.pages_dropped;
   ++stats_.groups[p.group.value].evicted_blocks;
+  p.owner = kNoOwner;
+  refresh(id);
 }
 
 void Storage::release(PageId id) {

@@ -172,7 +172,6 @@ class Storage {
   void requeue(PageId id, Change&& change);
   void notify_updated(PageId id);
   void drop(PageId id);
-  void count_drop(const Page& p);
   void release(PageId id);
   // The page is dead: skip its offload copy if it has not run (counted in the stats).
   void cancel_offload(Page& p);

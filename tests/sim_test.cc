@@ -280,6 +280,17 @@ TEST(Sim, BadSettingsAreRefusedBeforeAnyWork) {
   EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
 }
 
+// "none" turns the host and disk tiers off, as the help says; the GPU tier cannot be.
+TEST(Sim, NoneTurnsAColderTierOff) {
+  const CliRun r =
+      run_cli("sim --model " + kModel + " --trace " + kSlice +
+              " --limit 5 --tp 8 --gpu-quota 4GiB --host-quota none --disk-quota none");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("GPU tier"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("HOST tier"), std::string::npos) << r.out;
+  expect_sim_refuses("--gpu-quota none", "--gpu-quota: cannot parse 'none'");
+}
+
 // hash_ids must match input_length (one id per 512-token block); a mismatch names the line.
 TEST(Sim, HashIdsThatDoNotMatchTheLengthAreRefused) {
   const std::string trace = scratch("mismatch.jsonl");

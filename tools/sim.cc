@@ -108,7 +108,7 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
        {std::tuple<const char*, std::string, TierKind>{"--gpu-quota", o.gpu_quota, TierKind::kGpu},
         {"--host-quota", o.host_quota, TierKind::kHost},
         {"--disk-quota", o.disk_quota, TierKind::kDisk}}) {
-    if (text.empty()) continue;
+    if (text.empty() || (kind != TierKind::kGpu && text == "none")) continue;
     const std::optional<uint64_t> q = parse_bytes(text);
     if (!q) return Status::invalid(std::string(flag) + ": cannot parse '" + text + "'");
     serving.tiers.push_back({kind, *q, kind == TierKind::kDisk ? o.disk_path : ""});
@@ -132,9 +132,10 @@ Status check_outputs_and_disk(const SimOptions& o) {
     std::ofstream out(path, std::ios::app);
     if (!out) return Status::invalid(std::string(flag) + ": cannot write '" + path + "'");
   }
-  if (!o.disk_path.empty() && o.disk_quota.empty())
+  const bool no_disk = o.disk_quota.empty() || o.disk_quota == "none";
+  if (!o.disk_path.empty() && no_disk)
     return Status::invalid("--disk-path '" + o.disk_path + "' without --disk-quota");
-  if (o.disk_quota.empty()) return Status::ok();
+  if (no_disk) return Status::ok();
   if (o.disk_path.empty()) return Status::invalid("--disk-quota needs --disk-path");
   if (!std::filesystem::is_directory(o.disk_path))
     return Status::invalid("--disk-path: '" + o.disk_path + "' is not an existing directory");
@@ -235,7 +236,7 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--gpu-quota", o.gpu_quota, "GPU cache quota");
   sim->add_option("--host-quota", o.host_quota, "host tier quota (none: no host tier)");
   sim->add_option("--disk-quota", o.disk_quota,
-                  "disk tier quota (none backend only; needs --disk-path)");
+                  "disk tier quota (none: no disk tier; none backend only; needs --disk-path)");
   sim->add_option("--disk-path", o.disk_path, "an existing, writable directory for the disk tier");
   sim->add_option("--tp", o.tp, "tensor-parallel size");
   sim->add_option("--max-batch", o.max_batch, "requests per step");

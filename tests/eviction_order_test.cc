@@ -114,8 +114,8 @@ TEST_F(EvictionOrder, DemotedPagesAreDroppedFirstAndNeverCopiedDown) {
   EXPECT_EQ(m_->probe_reuse({}, tokens).reused_tokens, 160u);
   EXPECT_EQ(testing::check_invariants(*m_), "");
 }
-// Snapshot pricing: a snapshot ages 1 / worth times as fast as a KV page, worth = depth /
-// (depth + the KV tokens its bytes would hold) times the resumes it served (at most 4).
+// Snapshot pricing: a snapshot ages 1 / worth times as fast as a neutral page, worth = depth /
+// (depth + the KV tokens its bytes would hold) times 1 + the resumes it served (at most 2).
 TEST_F(EvictionOrder, AShortPromptsSnapshotAgesFasterAndEachResumeSlowsIt) {
   std::vector<int32_t> long_tokens = random_tokens(rng_, 200);
   Request a = make_request(*m_, long_tokens, 200);
@@ -150,6 +150,73 @@ TEST_F(EvictionOrder, AShortPromptsSnapshotAgesFasterAndEachResumeSlowsIt) {
   ASSERT_OK(advance(engine, d, 16));
   ASSERT_OK(testing::commit_computed(d));
   for (const TreePage& t : testing::tree_pages(*m)) EXPECT_EQ(t.age_class, 4) << t.start;
+}
+
+// The age class of the snapshot at `end` and of every KV page that ends at or above it (-1:
+// none).
+struct PathClasses {
+  int snapshot = -1;
+  std::vector<int> kv;
+};
+PathClasses path_classes(const KvCacheManager& m, uint64_t end) {
+  PathClasses out;
+  for (const TreePage& t : testing::tree_pages(m)) {
+    if (t.group == kSsm && t.start + t.coverage == end) out.snapshot = t.age_class;
+    if (t.group == kFull && t.start + t.coverage <= end) out.kv.push_back(t.age_class);
+  }
+  return out;
+}
+
+// A snapshot and the KV run above it serve a resume only together: the run ages with the
+// snapshot, and moves with it when a resume slows the snapshot's aging.
+TEST_F(EvictionOrder, TheKvRunAboveASnapshotAgesWithIt) {
+  const std::vector<int32_t> tokens = random_tokens(rng_, 200);
+  Request a = make_request(*m_, tokens, 200);
+  ASSERT_OK(a.cache->resume({}));
+  compute_snapshot(a, 160);
+  const PathClasses before = path_classes(*m_, 160);
+  ASSERT_EQ(before.kv.size(), 10u);  // 160 tokens, 16 per block
+  EXPECT_GT(before.snapshot, 4);
+  for (int c : before.kv) EXPECT_EQ(c, before.snapshot);
+  ASSERT_OK(a.cache->close());
+  Request b = make_request(*m_, tokens, 200);  // resumes from the snapshot at 160
+  ASSERT_EQ(b.cache->reuse_match().reused_tokens, 160u);
+  const PathClasses after = path_classes(*m_, 160);
+  EXPECT_LT(after.snapshot, before.snapshot);
+  for (int c : after.kv) EXPECT_EQ(c, after.snapshot);
+  EXPECT_EQ(testing::check_invariants(*m_), "");
+}
+
+// A conversation that went on goes on more often than a new one: a snapshot published below
+// one that served this request's resume starts with the depth share that snapshot covers as
+// credit; one below a snapshot nobody resumed from does not.
+TEST_F(EvictionOrder, ASnapshotBelowOneThatServedAResumeStartsWithCredit) {
+  const std::vector<int32_t> first = random_tokens(rng_, 170);
+  Request a = make_request(*m_, first, 170);
+  ASSERT_OK(a.cache->resume({}));
+  compute_snapshot(a, 160);
+  ASSERT_OK(a.cache->close());
+  std::vector<int32_t> next(first.begin(), first.begin() + 160);  // the next turn
+  const std::vector<int32_t> more = random_tokens(rng_, 90);
+  next.insert(next.end(), more.begin(), more.end());
+  Request b = make_request(*m_, next, 250);
+  ASSERT_EQ(b.cache->reuse_match().reused_tokens, 160u);
+  ASSERT_OK(b.cache->resume({}));
+  compute_snapshot(b, 240);
+  // A little deeper (worth a little more) with no served snapshot above: a new prompt whose
+  // own earlier snapshot (at 80) was never resumed from.
+  Request c = make_request(*m_, random_tokens(rng_, 270), 270);
+  ASSERT_OK(c.cache->resume({}));
+  compute_snapshot(c, 80);
+  compute_snapshot(c, 256);
+  const int credited = path_classes(*m_, 240).snapshot;
+  const int uncredited = path_classes(*m_, 256).snapshot;
+  ASSERT_GE(credited, 0);
+  ASSERT_GE(uncredited, 0);
+  // Worth about d / (d + s) for both; times 1 + 160 / 240 for the credited one: a wait 1.67
+  // times as long is about 3 classes (4 per doubling).
+  EXPECT_LE(credited, uncredited - 2) << credited << " vs " << uncredited;
+  EXPECT_EQ(testing::check_invariants(*m_), "");
 }
 
 // Under pressure on the state pool group, the short prompt's snapshot leaves the GPU before an

@@ -113,8 +113,9 @@ struct ManagerConfig {
   bool snapshot_aware_eviction = true;
   // With snapshot_aware_eviction: each snapshot ages in its queue as fast as it is cheap, by
   // tokens of recompute saved per byte (its depth against its bytes and the KV under it, times
-  // the resumes it served): a short prompt's snapshot goes before a long one's used as recently.
-  // false: snapshots age like KV pages.
+  // whether it served a resume, or the credit of a conversation's next turn): a short prompt's
+  // snapshot goes before a long one's used as recently, and the KV run above a snapshot ages
+  // with it. false: snapshots and KV age alike.
   bool snapshot_pricing = true;
   // Reduced-precision snapshots (opt-in): SSM snapshots in the prefix tree keep their fp32
   // buffers in this dtype while live states stay fp32, converted on the copies between them:

@@ -116,8 +116,11 @@ class PrefixIndex final : public storage::PageObserver {
   void note_served(storage::PageId page);
   static double snapshot_tokens(const StoragePlan& plan, CacheGroupId group);
   void price_snapshot(NodeId node, storage::PageId page);
-  // Resumes a snapshot's price counts at most (a system prompt's snapshot is still cheap).
-  static constexpr double kMaxPricedHits = 4;
+  float continuation_prior(NodeId node) const;
+  void age_kv_above(NodeId node, uint8_t age_class);
+  // Resumes a snapshot's price counts at most: served once, a snapshot is worth twice an
+  // unserved one; more resumes say little more (measured, bench/RESULTS.md 2026-12-01).
+  static constexpr double kMaxPricedHits = 2;
   void count_resumable(NodeId id, int delta);
   NodeId superseded_by(NodeId id) const;
   void mark_superseded(NodeId id, bool demoted);

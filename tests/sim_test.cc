@@ -106,12 +106,36 @@ TEST(Sim, VerifyWithADiskTierFindsNoMismatch) {
                            std::to_string(kVerifyLimit) +
                            " --backend host --tp 8 --gpu-quota 512MiB --host-quota 64MiB "
                            "--disk-quota 2GiB --disk-path " +
-                           dir.path + " --max-batch 16 --verify --quiet --json " + json);
+                           dir.path +
+                           " --max-batch 16 --verify --quiet --host-link-gbps 10,20 "
+                           "--disk-link-gbps 1,2 --json " +
+                           json);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u);
   EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u);
   EXPECT_GT(j["bytes_offloaded"].get<uint64_t>(), 0u);
+  // Tier moves: each colder tier's share adds up to the totals; bus time at the given rates.
+  const nlohmann::json& tiers = j["tier_moves"];
+  ASSERT_EQ(tiers.size(), 2u);
+  EXPECT_EQ(tiers[0]["tier"], "HOST");
+  EXPECT_EQ(tiers[1]["tier"], "DISK");
+  uint64_t ran = 0, up = 0;
+  for (size_t t = 0; t < 2; ++t) {
+    const auto down = tiers[t]["offloaded_bytes"].get<uint64_t>();
+    const auto cancelled = tiers[t]["offload_cancelled_bytes"].get<uint64_t>();
+    const auto onboarded = tiers[t]["onboarded_bytes"].get<uint64_t>();
+    EXPECT_GT(down, 0u) << t;
+    ran += down - cancelled;
+    up += onboarded;
+    const double rate = t == 0 ? 1e10 : 1e9;  // down; up is twice as fast
+    EXPECT_NEAR(tiers[t]["bus_seconds"].get<double>(),
+                static_cast<double>(down - cancelled) / rate + onboarded / (2 * rate), 1e-9)
+        << t;
+  }
+  EXPECT_EQ(ran, j["bytes_offloaded"].get<uint64_t>());
+  EXPECT_EQ(up, j["bytes_onboarded"].get<uint64_t>());
+  EXPECT_GT(tiers[1]["onboarded_bytes"].get<uint64_t>(), 0u);  // pages came back from disk
   std::remove(json.c_str());
 }
 
@@ -274,6 +298,8 @@ TEST(Sim, BadSettingsAreRefusedBeforeAnyWork) {
                      "--disk-path: '/nonexistent-dir' is not an existing directory");
   expect_sim_refuses("--disk-path /tmp", "--disk-path '/tmp' without --disk-quota");
   expect_sim_refuses("--backend gpu", "--backend: 'gpu' is not none, host or cuda");
+  expect_sim_refuses("--host-link-gbps 50", "--host-link-gbps: '50' is not DOWN,UP");
+  expect_sim_refuses("--disk-link-gbps 2,0", "--disk-link-gbps: '2,0' is not DOWN,UP");
   expect_sim_refuses("--backend none --verify", "--verify needs --backend host or cuda");
   const CliRun dir = run_cli("sim --model " + std::string(HKV_MODELS_DIR) + " --trace " + kSlice);
   EXPECT_EQ(dir.exit_code, 2);

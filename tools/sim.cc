@@ -122,6 +122,11 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
 
 // Everything that can be checked before memory is allocated or a request runs.
 Status check_outputs_and_disk(const SimOptions& o) {
+  for (const auto& [flag, text] :
+       {std::pair<const char*, std::string>{"--host-link-gbps", o.host_link_gbps},
+        {"--disk-link-gbps", o.disk_link_gbps}}) {
+    if (Result<LinkRate> r = parse_link(flag, text); !r) return r.status();
+  }
   for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--json", o.json},
                                    {"--svg", o.svg},
                                    {"--write-trace", o.write_trace}}) {
@@ -228,6 +233,17 @@ int compare_attention_only(const SimOptions& o, const std::vector<TraceRequest>&
 
 }  // namespace
 
+Result<LinkRate> parse_link(const char* flag, const std::string& text) {
+  LinkRate r;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%lf,%lf%c", &r.down, &r.up, &tail) != 2 || !(r.down > 0) ||
+      !(r.up > 0)) {
+    return Status::invalid(std::string(flag) + ": '" + text +
+                           "' is not DOWN,UP (GB/s, both above 0)");
+  }
+  return r;
+}
+
 void add_sim_command(CLI::App& app, SimOptions& o) {
   CLI::App* sim = app.add_subcommand("sim", "Replay a request trace through the cache");
   sim->add_option("--model", o.model, "HuggingFace config.json of the model")->required();
@@ -253,6 +269,12 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                 "check every page through the fake engine (host or cuda backend)");
   sim->add_flag("--attention-only", o.attention_only, "drop the recurrent layers");
   sim->add_option("--arrival", o.arrival, "asap or timestamps");
+  sim->add_option("--host-link-gbps", o.host_link_gbps,
+                  "GB/s of pages going to and coming from the host tier, for the bus time "
+                  "(default: measured on an H200 machine)");
+  sim->add_option("--disk-link-gbps", o.disk_link_gbps,
+                  "GB/s of pages going to and coming from the disk tier, for the bus time "
+                  "(default: measured on an H200 machine's local disk)");
   sim->add_option("--step-ms", o.step_ms, "simulated milliseconds per step (timestamps)");
   sim->add_option("--typical-len", o.typical_len,
                   "tokens per request of the typical step that shapes the starting pool split");

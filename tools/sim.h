@@ -31,6 +31,10 @@ struct SimOptions {
   std::string offload = "selective";    // selective: demoted pages are dropped, not copied down
   std::string eviction = "priced";      // or snapshot-aware, lru
   std::string snapshot_dtype = "fp32";  // or bf16, fp8 (reduced-precision snapshots)
+  // GB/s down,up of the links into the host and disk tiers, for the bus time of tier moves
+  // (defaults: measured on an H200 machine, bench/RESULTS.md 2026-11-30).
+  std::string host_link_gbps = "52.2,50.9";
+  std::string disk_link_gbps = "2.70,1.68";
   std::string json;
   std::string svg;
   std::string write_trace;  // the requests read, as Mooncake JSONL

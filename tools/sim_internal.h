@@ -43,7 +43,8 @@ struct SimCounters {
   uint64_t mismatches = 0;
   uint64_t bytes_offloaded = 0;
   uint64_t bytes_onboarded = 0;
-  uint64_t bytes_offload_cancelled = 0;  // offloads whose page died before the copy ran
+  uint64_t bytes_offload_cancelled = 0;        // offloads whose page died before the copy ran
+  std::vector<TierIterationStats> tier_moves;  // by tier index, summed over the run
   uint64_t pages_dropped = 0;
   uint64_t device_copies = 0;
   uint64_t adjustments = 0;                      // rebalancing steps taken
@@ -53,6 +54,14 @@ struct SimCounters {
   std::vector<Sample> samples;
   std::string error;  // set when the run stopped early
 };
+
+// GB/s of a link to a colder tier: pages going down, coming up.
+struct LinkRate {
+  double down = 0;
+  double up = 0;
+};
+// Parses "DOWN,UP" (GB/s, both > 0); the error names `flag` and the text.
+Result<LinkRate> parse_link(const char* flag, const std::string& text);
 
 // Runs the scheduler loop over the trace; `engine` (may be null) writes and checks pages.
 // `bound` is reuse_bound(requests).

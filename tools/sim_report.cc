@@ -82,7 +82,46 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"rebalance", o.rebalance},
           {"offload", o.offload},
           {"eviction", o.eviction},
-          {"snapshot_dtype", o.snapshot_dtype}};
+          {"snapshot_dtype", o.snapshot_dtype},
+          {"host_link_gbps", o.host_link_gbps},
+          {"disk_link_gbps", o.disk_link_gbps}};
+}
+
+// One colder tier's moves over the run and the bus time they take at the link's rates: the
+// offloads that ran (cancelled ones moved nothing) and the onboards.
+struct TierMoves {
+  std::string tier;
+  TierIterationStats moves;
+  LinkRate link;
+  double bus_seconds() const {
+    const double ran = static_cast<double>(moves.offloaded_bytes - moves.offload_cancelled_bytes);
+    return ran / (link.down * 1e9) + static_cast<double>(moves.onboarded_bytes) / (link.up * 1e9);
+  }
+};
+
+std::vector<TierMoves> tier_moves(const SimOptions& o, const StoragePlan& plan,
+                                  const SimCounters& c) {
+  std::vector<TierMoves> out;
+  for (size_t t = 1; t < plan.tiers().size() && t < c.tier_moves.size(); ++t) {
+    const TierKind kind = plan.tiers()[t].kind;
+    const bool disk = kind == TierKind::kDisk;
+    const Result<LinkRate> link = parse_link(disk ? "--disk-link-gbps" : "--host-link-gbps",
+                                             disk ? o.disk_link_gbps : o.host_link_gbps);
+    out.push_back({tier_kind_name(kind), c.tier_moves[t], link ? *link : LinkRate{}});
+  }
+  return out;
+}
+
+void print_tier_moves(const std::vector<TierMoves>& tiers) {
+  for (const TierMoves& t : tiers) {
+    const TierIterationStats& m = t.moves;
+    std::printf(
+        "%-20s%s down (%s of it ran, %s cancelled), %s up; bus %.2f s at %.3g / %.3g GB/s\n",
+        (std::string(t.tier) + " tier moves").c_str(), format_bytes(m.offloaded_bytes).c_str(),
+        format_bytes(m.offloaded_bytes - m.offload_cancelled_bytes).c_str(),
+        format_bytes(m.offload_cancelled_bytes).c_str(), format_bytes(m.onboarded_bytes).c_str(),
+        t.bus_seconds(), t.link.down, t.link.up);
+  }
 }
 
 // What ran, before the figures.
@@ -109,9 +148,9 @@ void print_header(const SimOptions& o, const ModelDescription& model, HybridCach
   std::printf("\n");
 }
 
-nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_t requests,
-                       const SimCounters& c, const Figures& f, const testing::FakeEngine* engine,
-                       double seconds) {
+nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const StoragePlan& plan,
+                       size_t requests, const SimCounters& c, const Figures& f,
+                       const testing::FakeEngine* engine, double seconds) {
   nlohmann::json j;
   j["settings"] = settings_json(o);
   j["model"] = model.source;
@@ -141,6 +180,14 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, size_
   j["resumes"] = c.resumes;
   j["bytes_offloaded"] = c.bytes_offloaded - c.bytes_offload_cancelled;  // copies that ran
   j["bytes_onboarded"] = c.bytes_onboarded;
+  j["tier_moves"] = nlohmann::json::array();
+  for (const TierMoves& t : tier_moves(o, plan, c)) {
+    j["tier_moves"].push_back({{"tier", t.tier},
+                               {"offloaded_bytes", t.moves.offloaded_bytes},
+                               {"offload_cancelled_bytes", t.moves.offload_cancelled_bytes},
+                               {"onboarded_bytes", t.moves.onboarded_bytes},
+                               {"bus_seconds", t.bus_seconds()}});
+  }
   j["pages_dropped"] = c.pages_dropped;
   j["device_copies"] = c.device_copies;
   j["rebalancing_steps"] = c.adjustments;
@@ -207,6 +254,7 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
         "before the copy ran)\n",
         format_bytes(c.bytes_offload_cancelled).c_str());
   }
+  print_tier_moves(tier_moves(o, plan, c));
   std::printf("peak GPU slots      ");
   for (const PoolGroup& pg : plan.pool_groups()) {
     std::printf("%s: %llu (plan %llu)  ", pool_group_name(plan, pg).c_str(),
@@ -247,7 +295,7 @@ int report(const SimOptions& o, const ModelDescription& model,
     f.snapshot_lookups = rs.groups[h.state_group()->value].lookups;
     f.snapshot_tiers = rs.groups[h.state_group()->value].served_by_tier;
   }
-  const nlohmann::json j = to_json(o, model, reqs.size(), c, f, engine, seconds);
+  const nlohmann::json j = to_json(o, model, h.plan(), reqs.size(), c, f, engine, seconds);
   print_header(o, model, h, reqs.size());
   print_text(o, h.plan(), reqs.size(), c, f, engine);
   std::printf("wall time           %.1f s (queued copies drained)\n", seconds);

@@ -24,6 +24,16 @@ struct GroupIterationStats {
   uint64_t device_copy_bytes = 0;
 };
 
+// One tier's share of an iteration's tier moves: pages moved into it from a warmer tier
+// (offloads; the cancelled ones never ran) and out of it to a warmer tier (onboards).
+struct TierIterationStats {
+  uint64_t offloaded_pages = 0;
+  uint64_t offloaded_bytes = 0;
+  uint64_t offload_cancelled_bytes = 0;
+  uint64_t onboarded_pages = 0;
+  uint64_t onboarded_bytes = 0;
+};
+
 struct IterationStats {
   uint64_t pages_allocated = 0;  // fresh pages given to caches
   uint64_t pages_onboarded = 0;  // moved to the GPU tier
@@ -40,6 +50,7 @@ struct IterationStats {
   uint64_t resumes = 0;
   uint64_t refused_resumes = 0;
   std::vector<GroupIterationStats> groups;  // by cache group id
+  std::vector<TierIterationStats> tiers;    // by tier index (the plan's tier order)
 };
 
 struct PoolGroupStorage {

@@ -80,6 +80,15 @@ nb::dict iteration_stats_to_python(const IterationStats& s) {
   d["suspends"] = s.suspends;
   d["resumes"] = s.resumes;
   d["refused_resumes"] = s.refused_resumes;
+  nb::list tiers;  // by tier index: moves into (offloads) and out of (onboards) each tier
+  for (const TierIterationStats& t : s.tiers) {
+    nb::dict td;
+    td["offloaded_bytes"] = t.offloaded_bytes;
+    td["offload_cancelled_bytes"] = t.offload_cancelled_bytes;
+    td["onboarded_bytes"] = t.onboarded_bytes;
+    tiers.append(td);
+  }
+  d["tiers"] = tiers;
   return d;
 }
 

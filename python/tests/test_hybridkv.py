@@ -376,7 +376,11 @@ def test_kv_cache_prefetch_ready_event_and_planned_drops():
     a.resume()
     m.wait(a.ready_event)
     assert a.capacity == 64
-    assert m.take_iteration_stats()["resumes"] == 2
+    st = m.take_iteration_stats()
+    assert st["resumes"] == 2
+    assert len(st["tiers"]) == 2  # moves by tier: into it (offloads), out of it (onboards)
+    assert sum(t["offloaded_bytes"] for t in st["tiers"]) == st["bytes_offloaded"]
+    assert sum(t["onboarded_bytes"] for t in st["tiers"]) == st["bytes_onboarded"]
     assert m.copy_error() is None
 
 

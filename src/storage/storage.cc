@@ -13,6 +13,7 @@ namespace hybridkv::storage {
 Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
     : plan_(plan), backend_(backend) {
   stats_.groups.resize(plan_.cache_groups().size());
+  stats_.tiers.resize(plan_.tiers().size());
   for (const TierPlan& t : plan_.tiers()) {
     Tier tier{t.kind, {}};
     tier.pools.reserve(plan_.pool_groups().size());
@@ -272,11 +273,15 @@ void Storage::move(PageId id, TierIndex dst_tier) {
     stats_.bytes_onboarded += bytes;
     ++gs.onboarded_blocks;
     gs.onboarded_bytes += bytes;
+    ++stats_.tiers[src_tier.value].onboarded_pages;
+    stats_.tiers[src_tier.value].onboarded_bytes += bytes;
   } else {
     ++stats_.pages_offloaded;
     stats_.bytes_offloaded += bytes;
     ++gs.offloaded_blocks;
     gs.offloaded_bytes += bytes;
+    ++stats_.tiers[dst_tier.value].offloaded_pages;
+    stats_.tiers[dst_tier.value].offloaded_bytes += bytes;
   }
   // The source slot is free once this batch has read it.
   give_slot(src_tier, p.pool_group, p.slot, p.ready);
@@ -298,6 +303,7 @@ void Storage::move(PageId id, TierIndex dst_tier) {
 IterationStats Storage::take_stats() {
   IterationStats fresh;
   fresh.groups.resize(plan_.cache_groups().size());
+  fresh.tiers.resize(plan_.tiers().size());
   return std::exchange(stats_, std::move(fresh));
 }
 
@@ -386,6 +392,8 @@ void Storage::cancel_offload(Page& p) {
   if (!cancelled) return;
   ++stats_.pages_offload_cancelled;
   stats_.bytes_offload_cancelled += plan_.pool_group(p.pool_group).slot_bytes;
+  stats_.tiers[p.tier_index.value].offload_cancelled_bytes +=
+      plan_.pool_group(p.pool_group).slot_bytes;
 }
 
 CopyEvent Storage::flush() {

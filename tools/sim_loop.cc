@@ -335,10 +335,8 @@ void Scheduler::record_step() {
   if (c_.tier_moves.size() < it.tiers.size()) c_.tier_moves.resize(it.tiers.size());
   for (size_t t = 0; t < it.tiers.size(); ++t) {
     TierIterationStats& sum = c_.tier_moves[t];
-    sum.offloaded_pages += it.tiers[t].offloaded_pages;
     sum.offloaded_bytes += it.tiers[t].offloaded_bytes;
     sum.offload_cancelled_bytes += it.tiers[t].offload_cancelled_bytes;
-    sum.onboarded_pages += it.tiers[t].onboarded_pages;
     sum.onboarded_bytes += it.tiers[t].onboarded_bytes;
   }
   c_.pages_dropped += it.pages_dropped;

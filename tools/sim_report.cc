@@ -107,7 +107,7 @@ std::vector<TierMoves> tier_moves(const SimOptions& o, const StoragePlan& plan,
     const bool disk = kind == TierKind::kDisk;
     const Result<LinkRate> link = parse_link(disk ? "--disk-link-gbps" : "--host-link-gbps",
                                              disk ? o.disk_link_gbps : o.host_link_gbps);
-    out.push_back({tier_kind_name(kind), c.tier_moves[t], link ? *link : LinkRate{}});
+    out.push_back({tier_kind_name(kind), c.tier_moves[t], *link});  // checked before the run
   }
   return out;
 }

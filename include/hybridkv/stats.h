@@ -27,10 +27,8 @@ struct GroupIterationStats {
 // One tier's share of an iteration's tier moves: pages moved into it from a warmer tier
 // (offloads; the cancelled ones never ran) and out of it to a warmer tier (onboards).
 struct TierIterationStats {
-  uint64_t offloaded_pages = 0;
   uint64_t offloaded_bytes = 0;
   uint64_t offload_cancelled_bytes = 0;
-  uint64_t onboarded_pages = 0;
   uint64_t onboarded_bytes = 0;
 };
 

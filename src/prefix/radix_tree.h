@@ -45,9 +45,6 @@ struct Node {
   // node, plus 1 per child whose count is not 0. Zero: no request can resume at or below the
   // node, so its KV is worth nothing to a hybrid model.
   uint32_t resumable = 0;
-  // Snapshot pricing (worth.cc): the part of a resume the node's snapshot is credited with
-  // before serving one, from the snapshot above it that led here (continuation_prior).
-  float prior_hits = 0;
 
   uint64_t end() const { return start + tokens.size(); }
 };

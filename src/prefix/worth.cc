@@ -50,7 +50,7 @@ double PrefixIndex::snapshot_tokens(const StoragePlan& plan, CacheGroupId group)
 // A snapshot at depth d saves d tokens of recompute per resume and takes the bytes of
 // snapshot_tokens_ tokens of KV besides the d tokens of KV it needs: it is worth
 // d / (d + snapshot_tokens_) of what the same bytes of KV alone are worth to an attention model
-// (1), times 1 + the resumes it has served and its prior (up to kMaxPricedHits). Its page ages
+// (1), times 1 + the resumes it has served or its credit (up to kMaxPricedHits). Its page ages
 // 1 / worth times as fast as a neutral page (Page::age_class), so the snapshot of a short prompt
 // goes before that of a long one that was used as recently. The KV pages on its path take the
 // same class: a snapshot without its KV run, or a run without a snapshot under it, serves no
@@ -58,10 +58,12 @@ double PrefixIndex::snapshot_tokens(const StoragePlan& plan, CacheGroupId group)
 // priced last).
 void PrefixIndex::price_snapshot(NodeId node, PageId page) {
   if (!plan_.config().snapshot_pricing) return;
-  const Node& n = tree_.node(node);
-  const auto depth = static_cast<double>(n.end());
+  const auto depth = static_cast<double>(tree_.node(node).end());
   const double worth = depth / (depth + snapshot_tokens_);
-  const double hits = std::min<double>(storage_.page(page).hits + 1 + n.prior_hits, kMaxPricedHits);
+  // Once served, a snapshot is at the cap whatever its credit: the credit counts until then.
+  const uint32_t served = storage_.page(page).hits;
+  const double credit = served == 0 ? continuation_prior(node) : 0;
+  const double hits = std::min<double>(served + 1 + credit, kMaxPricedHits);
   const uint8_t age_class = storage::age_class_for(1.0 / (worth * hits));
   storage_.set_age_class(page, age_class);
   age_kv_above(node, age_class);
@@ -97,7 +99,6 @@ float PrefixIndex::continuation_prior(NodeId node) const {
 void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page) {
   if (!resume_group_) return;
   if (group == *resume_group_) {
-    tree_.node(node).prior_hits = continuation_prior(node);
     price_snapshot(node, page);
     count_resumable(node, +1);
     mark_superseded(node, true);

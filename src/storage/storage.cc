@@ -273,14 +273,12 @@ void Storage::move(PageId id, TierIndex dst_tier) {
     stats_.bytes_onboarded += bytes;
     ++gs.onboarded_blocks;
     gs.onboarded_bytes += bytes;
-    ++stats_.tiers[src_tier.value].onboarded_pages;
     stats_.tiers[src_tier.value].onboarded_bytes += bytes;
   } else {
     ++stats_.pages_offloaded;
     stats_.bytes_offloaded += bytes;
     ++gs.offloaded_blocks;
     gs.offloaded_bytes += bytes;
-    ++stats_.tiers[dst_tier.value].offloaded_pages;
     stats_.tiers[dst_tier.value].offloaded_bytes += bytes;
   }
   // The source slot is free once this batch has read it.
@@ -390,10 +388,10 @@ void Storage::cancel_offload(Page& p) {
   p.offload_pending = UINT32_MAX;
   p.offload_event = CopyEvent{};
   if (!cancelled) return;
+  const uint64_t bytes = plan_.pool_group(p.pool_group).slot_bytes;
   ++stats_.pages_offload_cancelled;
-  stats_.bytes_offload_cancelled += plan_.pool_group(p.pool_group).slot_bytes;
-  stats_.tiers[p.tier_index.value].offload_cancelled_bytes +=
-      plan_.pool_group(p.pool_group).slot_bytes;
+  stats_.bytes_offload_cancelled += bytes;
+  stats_.tiers[p.tier_index.value].offload_cancelled_bytes += bytes;
 }
 
 CopyEvent Storage::flush() {

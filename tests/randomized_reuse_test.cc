@@ -252,23 +252,27 @@ void run_reuse(uint64_t seed, const LifecycleModel& model) {
   for (const TierStorage& t : m->storage_stats().tiers) {
     for (const PoolGroupStorage& pg : t.pool_groups) ASSERT_EQ(pg.free_slots, pg.total_slots);
   }
+  const IterationStats moves = m->take_iteration_stats();  // since the start: nobody took them
   std::printf(
       "ops %llu: creates %llu (reused %llu, %llu tokens), steps %llu, commits %llu "
       "(end %llu, failed %llu), resumes %llu, refused %llu, OPTIONAL selected %llu, "
-      "invalid choices %llu, planned drops %llu, tree checks %llu, rebalancing steps %llu\n",
+      "invalid choices %llu, planned drops %llu, tree checks %llu, rebalancing steps %llu, "
+      "evictions back to a kept copy %llu\n",
       (unsigned long long)n.ops, (unsigned long long)n.creates,
       (unsigned long long)n.reused_creates, (unsigned long long)n.reused_tokens,
       (unsigned long long)n.steps, (unsigned long long)n.commits, (unsigned long long)n.end_commits,
       (unsigned long long)n.failed_commits, (unsigned long long)n.resumes,
       (unsigned long long)n.refused, (unsigned long long)n.optional_selected,
       (unsigned long long)n.optional_refused_choice, (unsigned long long)n.planned_drops,
-      (unsigned long long)n.tree_checks, (unsigned long long)n.adjustments);
+      (unsigned long long)n.tree_checks, (unsigned long long)n.adjustments,
+      (unsigned long long)moves.pages_returned_to_copy);
   if (model.pool_rebalance) {
     EXPECT_GT(n.adjustments, 0u);
   }
   EXPECT_GT(n.reused_creates, 0u);
   EXPECT_GT(n.optional_selected, 0u);
   EXPECT_GT(n.end_commits, 0u);
+  EXPECT_GT(moves.pages_returned_to_copy, 0u);  // kept host copies served evictions, bytes checked
 }
 
 // With commit_min_snapshot (the default model): commits at snapshot points, window pages that

@@ -158,6 +158,34 @@ TEST(Sim, VerifyOnTheHostBackendFindsNoMismatch) {
   std::remove(svg.c_str());
 }
 
+// Kept copies: pages that came up from the host and are evicted again go back to the bytes the
+// host kept (no transfer), and every byte still checks; with --colder-copies drop none are kept.
+TEST(Sim, KeptHostCopiesTakeEvictionsWithoutATransferAndVerify) {
+  const std::string json = scratch("copies.json");
+  for (const std::string copies : {"keep", "drop"}) {
+    const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice + " --limit " +
+                             std::to_string(kVerifyLimit) +
+                             " --backend host --tp 8 --gpu-quota 256MiB --host-quota 2GiB "
+                             "--max-batch 16 --verify --quiet --colder-copies " +
+                             copies + " --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u) << copies;
+    EXPECT_GT(j["bytes_onboarded"].get<uint64_t>(), 0u) << copies;
+    const auto returned = j["tier_moves"][0]["returned_to_copy_bytes"].get<uint64_t>();
+    const auto kept = j["bytes_copies_kept"].get<uint64_t>();
+    EXPECT_EQ(j["settings"]["colder_copies"], copies);
+    if (copies == "keep") {
+      EXPECT_GT(returned, 0u);
+      EXPECT_GE(kept, returned);
+    } else {
+      EXPECT_EQ(returned, 0u);
+      EXPECT_EQ(kept, 0u);
+    }
+  }
+  std::remove(json.c_str());
+}
+
 // One request at a time, attention only, memory for everything: every request reuses exactly
 // its longest prefix shared with an earlier prompt, computed here from the written trace.
 TEST(Sim, SyntheticTrafficReusesItsIndependentlyComputedBound) {
@@ -298,6 +326,7 @@ TEST(Sim, BadSettingsAreRefusedBeforeAnyWork) {
                      "--disk-path: '/nonexistent-dir' is not an existing directory");
   expect_sim_refuses("--disk-path /tmp", "--disk-path '/tmp' without --disk-quota");
   expect_sim_refuses("--backend gpu", "--backend: 'gpu' is not none, host or cuda");
+  expect_sim_refuses("--colder-copies some", "--colder-copies: 'some' is not keep or drop");
   expect_sim_refuses("--host-link-gbps 50", "--host-link-gbps: '50' is not DOWN,UP");
   expect_sim_refuses("--disk-link-gbps 2,0", "--disk-link-gbps: '2,0' is not DOWN,UP");
   expect_sim_refuses("--backend none --verify", "--verify needs --backend host or cuda");

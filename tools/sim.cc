@@ -88,6 +88,9 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   if (o.offload != "selective" && o.offload != "all")
     return Status::invalid("--offload: '" + o.offload + "' is not selective or all");
   serving.selective_offload = o.offload == "selective";
+  if (o.colder_copies != "keep" && o.colder_copies != "drop")
+    return Status::invalid("--colder-copies: '" + o.colder_copies + "' is not keep or drop");
+  serving.keep_colder_copies = o.colder_copies == "keep";
   if (o.eviction != "priced" && o.eviction != "snapshot-aware" && o.eviction != "lru") {
     return Status::invalid("--eviction: '" + o.eviction + "' is not priced, snapshot-aware or lru");
   }
@@ -283,6 +286,10 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--offload", o.offload,
                   "selective: evicted pages worth nothing to a hybrid request are dropped, not "
                   "copied down a tier; all: every evicted page that fits below is copied");
+  sim->add_option("--colder-copies", o.colder_copies,
+                  "keep: a tree page brought up from a colder tier leaves its bytes there as a "
+                  "copy (the tier's first victim), so evicting it again moves nothing; drop: "
+                  "the colder slot is freed and a later eviction copies the page down again");
   sim->add_option("--eviction", o.eviction,
                   "priced: snapshot-aware, and snapshots age as fast as they are cheap (tokens "
                   "saved per byte); snapshot-aware: pages no request can resume from go first; "

@@ -29,6 +29,7 @@ struct SimOptions {
   uint64_t typical_len = 8192;          // shapes the split between state and attention pools
   std::string rebalance = "on";         // on: the pool groups trade slots while serving
   std::string offload = "selective";    // selective: demoted pages are dropped, not copied down
+  std::string colder_copies = "keep";   // keep: onboarded tree pages leave a copy below
   std::string eviction = "priced";      // or snapshot-aware, lru
   std::string snapshot_dtype = "fp32";  // or bf16, fp8 (reduced-precision snapshots)
   // GB/s down,up of the links into the host and disk tiers, for the bus time of tier moves

@@ -44,6 +44,7 @@ struct SimCounters {
   uint64_t bytes_offloaded = 0;
   uint64_t bytes_onboarded = 0;
   uint64_t bytes_offload_cancelled = 0;        // offloads whose page died before the copy ran
+  uint64_t bytes_copies_kept = 0;              // colder slots kept as copies by onboards
   std::vector<TierIterationStats> tier_moves;  // by tier index, summed over the run
   uint64_t pages_dropped = 0;
   uint64_t device_copies = 0;

@@ -83,6 +83,7 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"offload", o.offload},
           {"eviction", o.eviction},
           {"snapshot_dtype", o.snapshot_dtype},
+          {"colder_copies", o.colder_copies},
           {"host_link_gbps", o.host_link_gbps},
           {"disk_link_gbps", o.disk_link_gbps}};
 }
@@ -121,6 +122,10 @@ void print_tier_moves(const std::vector<TierMoves>& tiers) {
         format_bytes(m.offloaded_bytes - m.offload_cancelled_bytes).c_str(),
         format_bytes(m.offload_cancelled_bytes).c_str(), format_bytes(m.onboarded_bytes).c_str(),
         t.bus_seconds(), t.link.down, t.link.up);
+    if (m.returned_to_copy_bytes > 0) {
+      std::printf("%-20s%s more went back to the copy this tier kept (no transfer)\n", "",
+                  format_bytes(m.returned_to_copy_bytes).c_str());
+    }
   }
 }
 
@@ -180,12 +185,14 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["resumes"] = c.resumes;
   j["bytes_offloaded"] = c.bytes_offloaded - c.bytes_offload_cancelled;  // copies that ran
   j["bytes_onboarded"] = c.bytes_onboarded;
+  j["bytes_copies_kept"] = c.bytes_copies_kept;
   j["tier_moves"] = nlohmann::json::array();
   for (const TierMoves& t : tier_moves(o, plan, c)) {
     j["tier_moves"].push_back({{"tier", t.tier},
                                {"offloaded_bytes", t.moves.offloaded_bytes},
                                {"offload_cancelled_bytes", t.moves.offload_cancelled_bytes},
                                {"onboarded_bytes", t.moves.onboarded_bytes},
+                               {"returned_to_copy_bytes", t.moves.returned_to_copy_bytes},
                                {"bus_seconds", t.bus_seconds()}});
   }
   j["pages_dropped"] = c.pages_dropped;

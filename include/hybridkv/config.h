@@ -107,6 +107,11 @@ struct ManagerConfig {
   // bus: not demoted by the prefix index (KV no snapshot can resume into, superseded
   // snapshots). false: every evicted page that fits below is copied down.
   bool selective_offload = true;
+  // A tree page onboarded from a colder tier leaves its bytes there as a copy (tree pages never
+  // change): evicting the page again goes back to the copy with no transfer. Copies are the
+  // colder tier's first victims, so they only use room nothing else needs. false: every onboard
+  // frees the colder slot and every later eviction copies the page down again.
+  bool keep_colder_copies = true;
   // With a REQUIRED SSM group, the prefix index demotes tree pages no request can resume from
   // (KV past the deepest snapshot of every path under it, superseded snapshots): they are
   // evicted first. false: plain (priority, LRU) order.

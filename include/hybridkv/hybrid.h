@@ -79,6 +79,7 @@ struct ServingConfig {
   std::optional<uint64_t> max_seq_len;
   bool pool_rebalance = false;          // ManagerConfig::pool_rebalance: the split follows use
   bool selective_offload = true;        // ManagerConfig::selective_offload
+  bool keep_colder_copies = true;       // ManagerConfig::keep_colder_copies
   bool snapshot_aware_eviction = true;  // ManagerConfig::snapshot_aware_eviction
   bool snapshot_pricing = true;         // ManagerConfig::snapshot_pricing
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype (reduced precision)

@@ -30,6 +30,8 @@ struct TierIterationStats {
   uint64_t offloaded_bytes = 0;
   uint64_t offload_cancelled_bytes = 0;
   uint64_t onboarded_bytes = 0;
+  // Evictions into this tier that went back to the copy it had kept (no transfer).
+  uint64_t returned_to_copy_bytes = 0;
 };
 
 struct IterationStats {
@@ -44,6 +46,12 @@ struct IterationStats {
   // reached it (host backend), so the bus carried nothing.
   uint64_t pages_offload_cancelled = 0;
   uint64_t bytes_offload_cancelled = 0;
+  // Kept copies (ManagerConfig::keep_colder_copies): bytes a colder tier kept as copies when
+  // their pages went up, and evictions that went back to such a copy instead of being copied
+  // down (not counted in the offloads above: the bus carried nothing).
+  uint64_t bytes_copies_kept = 0;
+  uint64_t pages_returned_to_copy = 0;
+  uint64_t bytes_returned_to_copy = 0;
   uint64_t suspends = 0;
   uint64_t resumes = 0;
   uint64_t refused_resumes = 0;

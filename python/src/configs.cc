@@ -127,6 +127,7 @@ void bind_configs(nb::module_& m) {
       .def_rw("max_seq_len", &ServingConfig::max_seq_len)
       .def_rw("pool_rebalance", &ServingConfig::pool_rebalance)
       .def_rw("selective_offload", &ServingConfig::selective_offload)
+      .def_rw("keep_colder_copies", &ServingConfig::keep_colder_copies)
       .def_rw("snapshot_aware_eviction", &ServingConfig::snapshot_aware_eviction)
       .def_rw("snapshot_pricing", &ServingConfig::snapshot_pricing)
       .def_rw("snapshot_dtype", &ServingConfig::snapshot_dtype)

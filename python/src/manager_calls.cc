@@ -75,6 +75,9 @@ nb::dict iteration_stats_to_python(const IterationStats& s) {
   d["bytes_offloaded"] = s.bytes_offloaded;
   d["bytes_onboarded"] = s.bytes_onboarded;
   d["bytes_offload_cancelled"] = s.bytes_offload_cancelled;
+  d["bytes_copies_kept"] = s.bytes_copies_kept;
+  d["pages_returned_to_copy"] = s.pages_returned_to_copy;
+  d["bytes_returned_to_copy"] = s.bytes_returned_to_copy;
   d["device_copies"] = s.device_copies;
   d["pages_dropped"] = s.pages_dropped;
   d["suspends"] = s.suspends;
@@ -86,6 +89,7 @@ nb::dict iteration_stats_to_python(const IterationStats& s) {
     td["offloaded_bytes"] = t.offloaded_bytes;
     td["offload_cancelled_bytes"] = t.offload_cancelled_bytes;
     td["onboarded_bytes"] = t.onboarded_bytes;
+    td["returned_to_copy_bytes"] = t.returned_to_copy_bytes;
     tiers.append(td);
   }
   d["tiers"] = tiers;

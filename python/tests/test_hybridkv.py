@@ -267,8 +267,12 @@ def test_randomized_scheduler_keeps_the_invariants():
     for rid in list(prompts):
         h.free_request(rid)
     assert h.num_requests == 0
+    moves = h.take_iteration_stats()  # since the start: nothing took them
+    stats.update({k: moves[k] for k in ("bytes_onboarded", "bytes_copies_kept",
+                                        "bytes_returned_to_copy")})
     print(stats)
     assert stats["steps"] > 0 and stats["reused"] > 0 and stats["out_of_pages"] > 0
+    assert stats["bytes_copies_kept"] >= stats["bytes_returned_to_copy"] > 0  # kept host copies
 
 
 def test_the_readme_example_runs(capsys, monkeypatch):
@@ -381,6 +385,8 @@ def test_kv_cache_prefetch_ready_event_and_planned_drops():
     assert len(st["tiers"]) == 2  # moves by tier: into it (offloads), out of it (onboards)
     assert sum(t["offloaded_bytes"] for t in st["tiers"]) == st["bytes_offloaded"]
     assert sum(t["onboarded_bytes"] for t in st["tiers"]) == st["bytes_onboarded"]
+    assert sum(t["returned_to_copy_bytes"] for t in st["tiers"]) == st["bytes_returned_to_copy"]
+    assert st["bytes_copies_kept"] >= st["bytes_returned_to_copy"]
     assert m.copy_error() is None
 
 

@@ -187,6 +187,7 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
   c.enable_partial_reuse = s.enable_partial_reuse;
   c.pool_rebalance = s.pool_rebalance;
   c.selective_offload = s.selective_offload;
+  c.keep_colder_copies = s.keep_colder_copies;
   c.snapshot_aware_eviction = s.snapshot_aware_eviction;
   c.snapshot_pricing = s.snapshot_pricing;
   c.snapshot_dtype = s.snapshot_dtype;

@@ -73,12 +73,20 @@ struct Page {
   uint32_t offload_pending = UINT32_MAX;
   CopyEvent offload_event;
   uint32_t offload_index = 0;
+  // Kept copies (ManagerConfig::keep_colder_copies): a tree page onboarded from a colder tier
+  // leaves its bytes there as a copy page (copy_below); evicting the page returns it to that
+  // copy without a transfer. A copy page (copy_of: the page it backs) has no holder: DROPPABLE,
+  // demoted (it goes before every page whose bytes exist nowhere else), never moved, dropped
+  // without telling the owner.
+  PageId copy_below;
+  PageId copy_of;
   // Intrusive links of the queue bucket the page is in (QueueKind::kNone: none).
   QueueKind queue = QueueKind::kNone;
   PageId prev;
   PageId next;
 
   bool owned() const { return owner != kNoOwner; }
+  bool is_copy() const { return copy_of != kNoPage; }
   // Eviction order: rank ascending (demoted pages first, then by priority), then LRU.
   int64_t rank() const { return demoted ? int64_t{priority} - (int64_t{1} << 32) : priority; }
   // Its wait at `now`, in neutral ticks: the queues evict the longest wait of the lowest rank.
@@ -93,6 +101,7 @@ struct Page {
   }
   PageState state() const {
     if (!live) return PageState::kReleased;
+    if (is_copy()) return PageState::kDroppable;
     if (active_refs > 0) return PageState::kLocked;
     if (suspended_refs > 0) return PageState::kHeld;
     if (owned()) return PageState::kDroppable;

@@ -103,8 +103,13 @@ void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
     const PageId victim = pick_victim(tier, pg, below.has_value());
     HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
               tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
-    if (!page(victim).demoted) ++slots(tier, pg).victims;
-    if (below && worth_moving(page(victim))) {
+    const Page& v = page(victim);
+    if (!v.demoted) ++slots(tier, pg).victims;
+    if (v.is_copy()) {
+      release_copy(victim);
+    } else if (v.copy_below != kNoPage && worth_moving(v)) {
+      return_to_copy(victim);
+    } else if (below && worth_moving(v)) {
       // Evictions below may make the owner let other pages go (PageObserver): not this one.
       pin(victim);
       make_room(*below, pg, 1);
@@ -151,6 +156,8 @@ PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority, b
   p.priority = priority;
   p.demoted = false;
   p.hits = 0;
+  p.copy_below = kNoPage;
+  p.copy_of = kNoPage;
   // The new owner writes the slot only after whatever last touched it, including a copy of this
   // operation that reads the slot and is not submitted yet.
   p.ready = slots(tier, pg).last_use[slot.value];
@@ -201,6 +208,7 @@ void Storage::clear_owner(PageId id) {
   Page& p = mutable_page(id);
   HKV_CHECK(p.live && p.owned(), "page %u has no owner to clear", id.value);
   set_demoted(id, false);  // the owner's verdict ends with its ownership
+  if (p.copy_below != kNoPage) release_copy(p.copy_below);  // no longer a tree page
   p.owner = kNoOwner;
   refresh(id);
 }
@@ -253,7 +261,10 @@ void Storage::dequeue(PageId id) {
 
 void Storage::move(PageId id, TierIndex dst_tier) {
   Page& p = mutable_page(id);
-  HKV_CHECK(p.state() != PageState::kLocked, "page %u is LOCKED and cannot move", id.value);
+  HKV_CHECK(p.state() != PageState::kLocked && !p.is_copy(), "page %u is LOCKED and cannot move",
+            id.value);
+  HKV_CHECK(dst_tier < p.tier_index || p.copy_below == kNoPage,
+            "page %u has a copy below: it returns to it, it is not copied down", id.value);
   const TierIndex src_tier = p.tier_index;
   const bool was_queued = p.queue != QueueKind::kNone;
   dequeue(id);
@@ -281,20 +292,27 @@ void Storage::move(PageId id, TierIndex dst_tier) {
     gs.offloaded_bytes += bytes;
     stats_.tiers[dst_tier.value].offloaded_bytes += bytes;
   }
-  // The source slot is free once this batch has read it.
-  give_slot(src_tier, p.pool_group, p.slot, p.ready);
-  pending_slots_.push_back({src_tier, p.pool_group, p.slot});
+  const SlotId src_slot = p.slot;
+  const CopyEvent src_ready = p.ready;
   p.tier = tier_kind(dst_tier);
   p.tier_index = dst_tier;
   p.slot = dst_slot;
   // The copy must also wait for whoever last used the destination slot: copies run in order.
   pending_pages_.push_back(id);
+  if (dst_tier < src_tier) {
+    leave_copy_or_free(id, src_tier, src_slot);  // may grow the page table
+  } else {
+    // The source slot is free once this batch has read it.
+    give_slot(src_tier, p.pool_group, src_slot, src_ready);
+    pending_slots_.push_back({src_tier, p.pool_group, src_slot});
+  }
   notify_updated(id);
   if (was_queued) {
     // A moved page re-enters the colder tier's queue as its most recent entry.
-    p.lru_tick = ++tick_;
-    PoolSlots& d = slots(dst_tier, p.pool_group);
-    (p.state() == PageState::kHeld ? d.held : d.droppable).push_back(id);
+    Page& moved = mutable_page(id);
+    moved.lru_tick = ++tick_;
+    PoolSlots& d = slots(dst_tier, moved.pool_group);
+    (moved.state() == PageState::kHeld ? d.held : d.droppable).push_back(id);
   }
 }
 
@@ -371,6 +389,7 @@ void Storage::release(PageId id) {
   Page& p = mutable_page(id);
   HKV_CHECK(p.live && p.active_refs == 0 && p.suspended_refs == 0 && !p.owned(),
             "page %u released while referenced", id.value);
+  if (p.copy_below != kNoPage) release_copy(p.copy_below);
   cancel_offload(p);
   give_slot(p.tier_index, p.pool_group, p.slot, p.ready);
   p.live = false;

@@ -175,6 +175,15 @@ class Storage {
   void release(PageId id);
   // The page is dead: skip its offload copy if it has not run (counted in the stats).
   void cancel_offload(Page& p);
+  // Kept copies (storage/copies.cc; ManagerConfig::keep_colder_copies).
+  // The page just went up from (tier, slot): that slot becomes its copy when the page qualifies
+  // (a tree page worth keeping), else it is given back.
+  void leave_copy_or_free(PageId id, TierIndex tier, SlotId slot);
+  // The page goes back to its copy's slot: no transfer; its own slot is freed.
+  void return_to_copy(PageId id);
+  // The copy page goes (its slot freed); its page no longer has one.
+  void release_copy(PageId copy);
+  std::string check_copy_links(PageId id) const;
   std::string check_pool(TierIndex tier, const PoolGroup& pg,
                          const std::vector<uint32_t>& page_ids) const;
 

@@ -85,11 +85,33 @@ std::string Storage::check() const {
       err << "page " << i << " is LOCKED on " << tier_kind_name(p.tier);
       return err.str();
     }
+    std::string copy_err = check_copy_links(PageId(i));
+    if (!copy_err.empty()) return copy_err;
     const bool evictable = state == PageState::kHeld || state == PageState::kDroppable;
     if ((evictable && !p.pinned) != (p.queue != QueueKind::kNone)) {
       err << "page " << i << " (state " << static_cast<int>(state) << ") queue membership is wrong";
       return err.str();
     }
+  }
+  return "";
+}
+
+// A kept copy and its page point at each other; the copy sits on a colder tier in the same pool
+// group, holds nothing, and backs a tree page.
+std::string Storage::check_copy_links(PageId id) const {
+  const Page& p = page(id);
+  const std::string name = "page " + std::to_string(id.value);
+  if (p.is_copy()) {
+    const Page& o = page(p.copy_of);
+    if (!o.live || o.copy_below != id || !o.owned() || o.tier_index >= p.tier_index ||
+        o.pool_group != p.pool_group || o.group != p.group)
+      return name + " is a copy of page " + std::to_string(p.copy_of.value) + " that is off";
+    if (p.owned() || p.active_refs || p.suspended_refs || p.copy_below != kNoPage || !p.demoted)
+      return name + " is a copy with holders";
+  }
+  if (p.copy_below != kNoPage) {
+    const Page& c = page(p.copy_below);
+    if (!c.live || c.copy_of != id) return name + " points at a copy that is not its own";
   }
   return "";
 }
@@ -116,7 +138,10 @@ std::string Storage::snapshot() const {
     if (!p.live) continue;
     os << "page " << i << " g" << p.group.value << " " << tier_kind_name(p.tier) << ":"
        << p.slot.value << " a" << p.active_refs << " s" << p.suspended_refs << " t" << p.owned()
-       << " pr" << p.priority << (p.demoted ? " demoted" : "") << "\n";
+       << " pr" << p.priority << (p.demoted ? " demoted" : "");
+    if (p.is_copy()) os << " copy_of " << p.copy_of.value;
+    if (p.copy_below != kNoPage) os << " copy " << p.copy_below.value;
+    os << "\n";
   }
   return os.str();
 }

@@ -19,14 +19,17 @@ CLI = ROOT / "build" / "release" / "hybridkv"
 MODELS = {"Nemotron-H-8B": "models/nemotron_h_8b.json",
           "Qwen3-Next-80B-A3B": "models/qwen3_next_80b_a3b.json"}
 # Every feature off, then one at a time, then all together (the defaults) per snapshot dtype.
-OFF = ["--eviction", "lru", "--rebalance", "off", "--snapshot-dtype", "fp32"]
+OFF = ["--eviction", "lru", "--rebalance", "off", "--snapshot-dtype", "fp32",
+       "--colder-copies", "drop"]
+NO_COPIES = ["--colder-copies", "drop"]
 COLUMNS = {
     "none": OFF,
-    "snapshot-aware eviction": ["--eviction", "snapshot-aware", "--rebalance", "off"],
-    "priced eviction": ["--eviction", "priced", "--rebalance", "off"],
-    "rebalance": ["--eviction", "lru", "--rebalance", "on"],
-    "bf16": ["--eviction", "lru", "--rebalance", "off", "--snapshot-dtype", "bf16"],
-    "fp8": ["--eviction", "lru", "--rebalance", "off", "--snapshot-dtype", "fp8"],
+    "snapshot-aware eviction": ["--eviction", "snapshot-aware", "--rebalance", "off", *NO_COPIES],
+    "priced eviction": ["--eviction", "priced", "--rebalance", "off", *NO_COPIES],
+    "rebalance": ["--eviction", "lru", "--rebalance", "on", *NO_COPIES],
+    "bf16": ["--eviction", "lru", "--rebalance", "off", "--snapshot-dtype", "bf16", *NO_COPIES],
+    "fp8": ["--eviction", "lru", "--rebalance", "off", "--snapshot-dtype", "fp8", *NO_COPIES],
+    "kept host copies": ["--eviction", "lru", "--rebalance", "off"],
     "all, fp32": [],
     "all, bf16": ["--snapshot-dtype", "bf16"],
     "all, fp8": ["--snapshot-dtype", "fp8"],

@@ -2,7 +2,7 @@
 # The GPU runs of the CUDA backend, on the GPU machine (device tool), from binaries built on the
 # development machine and carried in gpu_bin/ (scripts/gpu_pack.sh). Logs go to $OUT (at most 8
 # files come back).
-#   bash scripts/gpu_session.sh suite|suite_tests|bench|final|sanitize|racecheck|pymod|hf|precision|all
+#   bash scripts/gpu_session.sh suite|suite_tests|bench|final|sanitize|racecheck|copies|pymod|hf|precision|all
 set -u
 OUT=${OUT:-/tmp/hkv-out}
 mkdir -p "$OUT" /work
@@ -161,6 +161,30 @@ racecheck() {
     --trace data/mooncake_conversation_first1000.jsonl --limit 200 --backend cuda --verify \
     --tp 8 --gpu-quota 512MiB --host-quota 1GiB --max-batch 16 --snapshot-dtype fp8 --quiet \
     > "$OUT/example.txt" 2>&1; echo "sim rc=$?" >> "$OUT/example.txt")
+}
+
+# After the kept-copies change: the GPU suite (the randomized reuse test checks tree pages'
+# digests across evictions back to kept copies), racecheck over a verified sim whose evictions go
+# back to copies, and the demo's settings on the cuda backend with and without copies.
+copies() {
+  suite_tests
+  local sim=("$B/hybridkv" sim --model models/nemotron_h_8b.json
+             --trace data/mooncake_conversation_first1000.jsonl --tp 8 --max-batch 16)
+  (cd /work/main
+   timeout 200 "${sim[@]}" --limit 300 --backend cuda --verify --gpu-quota 256MiB \
+     --host-quota 2GiB --quiet > "$OUT/copies_verify_cuda.txt" 2>&1
+   echo "sim rc=$?" >> "$OUT/copies_verify_cuda.txt"
+   timeout 250 compute-sanitizer --tool racecheck --error-exitcode 9 "${sim[@]}" --limit 40 \
+     --backend cuda --verify --gpu-quota 256MiB --host-quota 2GiB --quiet 2>&1 \
+     | grep -E "SUMMARY|ERROR|rror|verify|tier moves|went back" | tail -8 >> "$OUT/copies_verify_cuda.txt"
+   echo "racecheck rc=${PIPESTATUS[0]}" >> "$OUT/copies_verify_cuda.txt"
+   for c in keep drop; do
+     for h in 4GiB 16GiB; do
+       echo "=== demo settings, host $h, --colder-copies $c"
+       timeout 100 "${sim[@]}" --backend cuda --gpu-quota 2GiB --host-quota $h --colder-copies $c \
+         --quiet 2>&1 | grep -E "reused tokens|tier moves|went back|wall time"
+     done
+   done > "$OUT/demo_cuda_copies.txt" 2>&1)
 }
 
 all() {

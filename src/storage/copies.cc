@@ -38,6 +38,7 @@ void Storage::leave_copy_or_free(PageId id, TierIndex tier, SlotId slot) {
   pending_pages_.push_back(c);
   copy.lru_tick = ++tick_;
   slots(tier, copy.pool_group).droppable.push_back(c);
+  ++slots(tier, copy.pool_group).copies;
   stats_.bytes_copies_kept += plan_.pool_group(copy.pool_group).slot_bytes;
 }
 
@@ -63,6 +64,7 @@ void Storage::return_to_copy(PageId id) {
   p.ready = copy.ready;
   pending_pages_.push_back(id);
   p.copy_below = kNoPage;
+  --slots(copy.tier_index, copy.pool_group).copies;
   copy.copy_of = kNoPage;
   copy.live = false;
   free_pages_.push_back(c);
@@ -82,6 +84,7 @@ void Storage::release_copy(PageId c) {
   mutable_page(copy.copy_of).copy_below = kNoPage;
   give_slot(copy.tier_index, copy.pool_group, copy.slot, copy.ready);
   pending_slots_.push_back({copy.tier_index, copy.pool_group, copy.slot});
+  --slots(copy.tier_index, copy.pool_group).copies;
   copy.copy_of = kNoPage;
   copy.live = false;
   free_pages_.push_back(c);

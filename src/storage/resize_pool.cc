@@ -51,7 +51,8 @@ uint64_t Storage::pressure_age(TierIndex tier, PoolGroupId pg) const {
   const PoolSlots& s = slots(tier, pg);
   const PageId next = s.droppable.front_not_demoted();
   if (next != kNoPage) return page(next).weighted_age(tick_);
-  return !s.free.empty() && s.victims == 0 ? UINT64_MAX : 0;
+  // Kept copies are room nothing else needed: they count as free.
+  return (!s.free.empty() || s.copies > 0) && s.victims == 0 ? UINT64_MAX : 0;
 }
 
 void Storage::reset_victims(TierIndex tier) {

@@ -10,7 +10,8 @@
 // Making room on tier t evicts from t's queues in value order (priority, then LRU): a HELD page
 // moves to the first tier below where room can be made (t+1, or a deeper one when t+1 holds
 // only pages that cannot move), making room there first; a DROPPABLE page moves down likewise
-// when it is worth it, else (and always on the last tier) it is dropped. Callers first ask
+// when it is worth it, else (and always on the last tier) it is dropped; a page that kept a
+// copy below when it came up (storage/copies.cc) goes back to it instead. Callers first ask
 // max_room() whether an operation can succeed and only then act, so a failed operation changes
 // nothing. Copies are collected and submitted as one batch by flush(); the batch's event becomes
 // the ready event of every page it wrote and the last-use event of every slot it read.
@@ -141,6 +142,7 @@ class Storage {
     std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
     CopyEvent retired;                // the last copy that touched a slot since retired
     uint64_t victims = 0;             // see Storage::victims
+    uint64_t copies = 0;              // kept copies: room nothing else needed
     EvictionQueue held;
     EvictionQueue droppable;
     PoolSlots(std::vector<Page>* pages, const uint64_t* clock)

@@ -64,10 +64,7 @@ void Storage::return_to_copy(PageId id) {
   p.ready = copy.ready;
   pending_pages_.push_back(id);
   p.copy_below = kNoPage;
-  --slots(copy.tier_index, copy.pool_group).copies;
-  copy.copy_of = kNoPage;
-  copy.live = false;
-  free_pages_.push_back(c);
+  forget_copy(c);
   notify_updated(id);
   if (was_queued) {
     // Like a move: the page re-enters the colder tier's queue as its most recent entry.
@@ -84,6 +81,11 @@ void Storage::release_copy(PageId c) {
   mutable_page(copy.copy_of).copy_below = kNoPage;
   give_slot(copy.tier_index, copy.pool_group, copy.slot, copy.ready);
   pending_slots_.push_back({copy.tier_index, copy.pool_group, copy.slot});
+  forget_copy(c);
+}
+
+void Storage::forget_copy(PageId c) {
+  Page& copy = mutable_page(c);
   --slots(copy.tier_index, copy.pool_group).copies;
   copy.copy_of = kNoPage;
   copy.live = false;

@@ -185,6 +185,8 @@ class Storage {
   void return_to_copy(PageId id);
   // The copy page goes (its slot freed); its page no longer has one.
   void release_copy(PageId copy);
+  // The copy's page id is recycled (its slot is someone else's now).
+  void forget_copy(PageId copy);
   std::string check_copy_links(PageId id) const;
   std::string check_pool(TierIndex tier, const PoolGroup& pg,
                          const std::vector<uint32_t>& page_ids) const;

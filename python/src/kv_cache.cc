@@ -55,6 +55,10 @@ void bind_layer_configs(nb::module_& m) {
       .def_rw("commit_min_snapshot", &ManagerConfig::commit_min_snapshot)
       .def_rw("enable_partial_reuse", &ManagerConfig::enable_partial_reuse)
       .def_rw("pool_rebalance", &ManagerConfig::pool_rebalance)
+      .def_rw("selective_offload", &ManagerConfig::selective_offload)
+      .def_rw("keep_colder_copies", &ManagerConfig::keep_colder_copies)
+      .def_rw("snapshot_aware_eviction", &ManagerConfig::snapshot_aware_eviction)
+      .def_rw("snapshot_pricing", &ManagerConfig::snapshot_pricing)
       .def_rw("snapshot_dtype", &ManagerConfig::snapshot_dtype)
       .def_rw("pool_ratio", &ManagerConfig::pool_ratio)
       .def_rw("record_events", &ManagerConfig::record_events);

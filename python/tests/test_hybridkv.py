@@ -48,6 +48,11 @@ def test_configs_keep_the_cpp_defaults_and_refuse_unknown_fields():
     with pytest.raises(TypeError, match="no field 'max_bat'"):
         hk.ServingConfig(max_bat=3)
     assert hk.ServingConfig().snapshot_dtype is None
+    m = hk.ManagerConfig()  # the eviction and offload knobs, as in config.h
+    assert (m.selective_offload, m.keep_colder_copies, m.snapshot_aware_eviction,
+            m.snapshot_pricing) == (True, True, True, True)
+    assert not hk.ManagerConfig(keep_colder_copies=False).keep_colder_copies
+    assert hk.ServingConfig().keep_colder_copies
     bf16 = hk.ServingConfig(snapshot_dtype=hk.DType.BF16)
     assert "bf16 snapshots" in hk.plan_text(hk.read_model_config(NEMOTRON), bf16)
     fp8 = hk.ServingConfig(snapshot_dtype=hk.DType.FP8_E4M3)

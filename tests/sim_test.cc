@@ -136,6 +136,8 @@ TEST(Sim, VerifyWithADiskTierFindsNoMismatch) {
   EXPECT_EQ(ran, j["bytes_offloaded"].get<uint64_t>());
   EXPECT_EQ(up, j["bytes_onboarded"].get<uint64_t>());
   EXPECT_GT(tiers[1]["onboarded_bytes"].get<uint64_t>(), 0u);  // pages came back from disk
+  // ... and evicted again, went back to the bytes the disk kept (kept copies, checked by verify)
+  EXPECT_GT(tiers[1]["returned_to_copy_bytes"].get<uint64_t>(), 0u);
   std::remove(json.c_str());
 }
 

@@ -334,13 +334,7 @@ void Scheduler::record_step() {
   c_.bytes_offload_cancelled += it.bytes_offload_cancelled;
   c_.bytes_copies_kept += it.bytes_copies_kept;
   if (c_.tier_moves.size() < it.tiers.size()) c_.tier_moves.resize(it.tiers.size());
-  for (size_t t = 0; t < it.tiers.size(); ++t) {
-    TierIterationStats& sum = c_.tier_moves[t];
-    sum.offloaded_bytes += it.tiers[t].offloaded_bytes;
-    sum.offload_cancelled_bytes += it.tiers[t].offload_cancelled_bytes;
-    sum.onboarded_bytes += it.tiers[t].onboarded_bytes;
-    sum.returned_to_copy_bytes += it.tiers[t].returned_to_copy_bytes;
-  }
+  for (size_t t = 0; t < it.tiers.size(); ++t) c_.tier_moves[t] += it.tiers[t];
   c_.pages_dropped += it.pages_dropped;
   c_.device_copies += it.device_copies;
   const StorageStats st = h_.manager().storage_stats();

@@ -32,6 +32,14 @@ struct TierIterationStats {
   uint64_t onboarded_bytes = 0;
   // Evictions into this tier that went back to the copy it had kept (no transfer).
   uint64_t returned_to_copy_bytes = 0;
+
+  TierIterationStats& operator+=(const TierIterationStats& o) {
+    offloaded_bytes += o.offloaded_bytes;
+    offload_cancelled_bytes += o.offload_cancelled_bytes;
+    onboarded_bytes += o.onboarded_bytes;
+    returned_to_copy_bytes += o.returned_to_copy_bytes;
+    return *this;
+  }
 };
 
 struct IterationStats {

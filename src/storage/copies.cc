@@ -36,8 +36,7 @@ void Storage::leave_copy_or_free(PageId id, TierIndex tier, SlotId slot) {
   page_up.copy_below = c;
   // Not to be overwritten before this batch's onboard has read it.
   pending_pages_.push_back(c);
-  copy.lru_tick = ++tick_;
-  slots(tier, copy.pool_group).droppable.push_back(c);
+  enqueue_newest(c, QueueKind::kDroppable);
   ++slots(tier, copy.pool_group).copies;
   stats_.bytes_copies_kept += plan_.pool_group(copy.pool_group).slot_bytes;
 }
@@ -66,12 +65,7 @@ void Storage::return_to_copy(PageId id) {
   p.copy_below = kNoPage;
   forget_copy(c);
   notify_updated(id);
-  if (was_queued) {
-    // Like a move: the page re-enters the colder tier's queue as its most recent entry.
-    p.lru_tick = ++tick_;
-    PoolSlots& d = slots(p.tier_index, p.pool_group);
-    (p.state() == PageState::kHeld ? d.held : d.droppable).push_back(id);
-  }
+  enqueue_moved(id, was_queued);  // like a move
 }
 
 void Storage::release_copy(PageId c) {

@@ -247,11 +247,8 @@ void Storage::requeue(PageId id, Change&& change) {
   const QueueKind queued = p.queue;
   if (queued != QueueKind::kNone) dequeue(id);
   change();
-  if (queued != QueueKind::kNone) {
-    // It joins its new rank's bucket as the most recent entry (keeps buckets in LRU order).
-    p.lru_tick = ++tick_;
-    slots(p.tier_index, p.pool_group).queue(queued).push_back(id);
-  }
+  // It joins its new rank's bucket as the most recent entry (keeps buckets in LRU order).
+  if (queued != QueueKind::kNone) enqueue_newest(id, queued);
 }
 
 void Storage::dequeue(PageId id) {
@@ -259,10 +256,23 @@ void Storage::dequeue(PageId id) {
   if (p.queue != QueueKind::kNone) slots(p.tier_index, p.pool_group).queue(p.queue).remove(id);
 }
 
+void Storage::enqueue_newest(PageId id, QueueKind kind) {
+  Page& p = mutable_page(id);
+  p.lru_tick = ++tick_;
+  slots(p.tier_index, p.pool_group).queue(kind).push_back(id);
+}
+
+// A moved page re-enters the colder (or warmer) tier's queue as its most recent entry.
+void Storage::enqueue_moved(PageId id, bool was_queued) {
+  if (!was_queued) return;
+  enqueue_newest(id,
+                 page(id).state() == PageState::kHeld ? QueueKind::kHeld : QueueKind::kDroppable);
+}
+
 void Storage::move(PageId id, TierIndex dst_tier) {
   Page& p = mutable_page(id);
-  HKV_CHECK(p.state() != PageState::kLocked && !p.is_copy(), "page %u is LOCKED and cannot move",
-            id.value);
+  HKV_CHECK(p.state() != PageState::kLocked, "page %u is LOCKED and cannot move", id.value);
+  HKV_CHECK(!p.is_copy(), "page %u is a kept copy: copies never move", id.value);
   HKV_CHECK(dst_tier < p.tier_index || p.copy_below == kNoPage,
             "page %u has a copy below: it returns to it, it is not copied down", id.value);
   const TierIndex src_tier = p.tier_index;
@@ -307,13 +317,7 @@ void Storage::move(PageId id, TierIndex dst_tier) {
     pending_slots_.push_back({src_tier, p.pool_group, src_slot});
   }
   notify_updated(id);
-  if (was_queued) {
-    // A moved page re-enters the colder tier's queue as its most recent entry.
-    Page& moved = mutable_page(id);
-    moved.lru_tick = ++tick_;
-    PoolSlots& d = slots(dst_tier, moved.pool_group);
-    (moved.state() == PageState::kHeld ? d.held : d.droppable).push_back(id);
-  }
+  enqueue_moved(id, was_queued);
 }
 
 IterationStats Storage::take_stats() {
@@ -362,10 +366,7 @@ void Storage::refresh(PageId id) {
   if (!p.pinned && state == PageState::kDroppable) want = QueueKind::kDroppable;
   if (p.queue == want) return;
   dequeue(id);
-  if (want != QueueKind::kNone) {
-    p.lru_tick = ++tick_;
-    slots(p.tier_index, p.pool_group).queue(want).push_back(id);
-  }
+  if (want != QueueKind::kNone) enqueue_newest(id, want);
 }
 
 // The observer forgets the page (it stays DROPPABLE meanwhile), then it goes as drop_owned.

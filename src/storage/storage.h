@@ -169,6 +169,10 @@ class Storage {
   // Re-derives queue membership after a change; releases a page nobody refers to.
   void refresh(PageId id);
   void dequeue(PageId id);
+  // Puts the page in its (tier, pool group)'s queue of `kind` as the most recent entry.
+  void enqueue_newest(PageId id, QueueKind kind);
+  // After a move between tiers: a page that was queued rejoins, by its state, as the newest.
+  void enqueue_moved(PageId id, bool was_queued);
   // Applies `change` to the page's rank and puts it back in its queue as the most recent entry.
   template <typename Change>
   void requeue(PageId id, Change&& change);

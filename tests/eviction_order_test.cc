@@ -307,11 +307,59 @@ TEST(Rebalance, SnapshotPressureMovesSlotsToTheStatePoolGroup) {
   EXPECT_EQ(fixed->adjust().status().code(), StatusCode::kFailedPrecondition);
 }
 
+// Free slots are worth nothing: a pool group that can give a step from its free slots gives it
+// whatever its oldest page waited. Here every request hits a shared prefix and publishes a
+// block and a snapshot of its own; a dropped snapshot demotes the block above it, so the KV pool
+// group's oldest page that counts is about as old as the snapshots' victims (unpriced, so both
+// age alike). Before, that donor counted as young while most of its slots were free: the 1.5 x
+// hysteresis stopped every step (0 in this run) and the states kept their planned 2 slots.
+TEST(Rebalance, APoolGroupGivesFromItsFreeSlotsWhateverItsOldestPageWaited) {
+  std::mt19937_64 rng(14);
+  LifecycleModel model;
+  model.pool_rebalance = true;
+  model.host_quota = 0;  // one tier
+  model.snapshot_pricing = false;
+  const StoragePlan probe = make_manager(model)->plan();
+  const PoolGroupId state = probe.cache_group(kSsm).pool_group;
+  const PoolGroupId kv = probe.cache_group(kFull).pool_group;
+  std::vector<double> ratio(probe.pool_groups().size(), 1.0);
+  ratio[state.value] = 0.05;  // the KV pool groups get twenty times the states' bytes
+  model.pool_ratio = ratio;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  const auto gpu = [&](PoolGroupId pg) {
+    return m->storage_stats().tiers[0].pool_groups[pg.value];
+  };
+  const uint64_t states_before = gpu(state).total_slots;
+  const std::vector<int32_t> prefix = random_tokens(rng, 48);
+  uint64_t steps = 0;
+  for (int i = 0; i < 600; ++i) {
+    std::vector<int32_t> tokens = prefix;
+    for (int32_t t : random_tokens(rng, 20)) tokens.push_back(t);
+    Request r = make_request(*m, tokens, tokens.size());
+    ASSERT_OK(r.cache->resume({}));
+    ASSERT_OK(advance(engine, r, 64));
+    ASSERT_OK(testing::commit_computed(r));
+    ASSERT_OK(r.cache->close());
+    if (!m->need_adjustment()) continue;
+    Result<bool> moved = m->adjust();
+    ASSERT_OK(moved.status());
+    steps += *moved;
+  }
+  std::printf("states %llu -> %llu slots in %llu steps; KV free slots at the end %llu\n",
+              (unsigned long long)states_before, (unsigned long long)gpu(state).total_slots,
+              (unsigned long long)steps, (unsigned long long)gpu(kv).free_slots);
+  EXPECT_GE(steps, 4u);
+  EXPECT_GE(gpu(state).total_slots, states_before + 4);  // a step here is one slot
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
 // Host-tier rebalancing with bf16 snapshots, the live states' pool group planned at
 // `live_share` of the others' bytes and the KV pool groups at a tenth (they come under pressure
 // long before the snapshots): the host KV bytes once the snapshots' pool group is full, and at
 // the end of 6,000 requests that each publish 4 blocks and a snapshot.
 struct KvGrowth {
+  uint64_t planned = 0;
   uint64_t when_snapshots_full = 0;
   uint64_t at_end = 0;
 };
@@ -336,6 +384,7 @@ KvGrowth host_kv_growth(double live_share) {
     return m->storage_stats().tiers[1].pool_groups[pg.value];
   };
   const auto kv_bytes = [&] { return host(kv).total_slots * m->plan().pool_group(kv).slot_bytes; };
+  const uint64_t planned = kv_bytes();
   EXPECT_LT(host(live).total_slots * m->plan().pool_group(live).slot_bytes, (64ull << 20) / 128);
   if (live_share < 1e-3) {
     EXPECT_EQ(host(live).total_slots, 0u);
@@ -353,19 +402,21 @@ KvGrowth host_kv_growth(double live_share) {
   EXPECT_TRUE(when_full.has_value()) << "the snapshots never filled their pool group";
   EXPECT_EQ(testing::check_invariants(*m), "");
   std::printf(
-      "live share %g: host KV bytes %llu when the snapshots filled theirs, %llu at the end\n",
-      live_share, (unsigned long long)when_full.value_or(0), (unsigned long long)kv_bytes());
-  return {when_full.value_or(0), kv_bytes()};
+      "live share %g: host KV bytes %llu planned, %llu when the snapshots filled theirs, %llu at "
+      "the end\n",
+      live_share, (unsigned long long)planned, (unsigned long long)when_full.value_or(0),
+      (unsigned long long)kv_bytes());
+  return {planned, when_full.value_or(0), kv_bytes()};
 }
 
 // The donor is chosen among the pool groups that can give a step's bytes: an idle pool group
 // too small to give one (here the live states' on the host tier, one slot) must not stop the
-// snapshot pool group from giving to the KV pool group under pressure once both are full.
-// Before, the idle pool group counted as the oldest and blocked every step on its tier.
+// snapshot pool group from giving to the KV pool group under pressure. Before, the idle pool
+// group counted as the oldest and blocked every step on its tier: the KV pool group kept its
+// planned bytes (spare bytes alone give a slot or two).
 TEST(Rebalance, AnIdlePoolGroupThatCannotGiveDoesNotBlockTheOthers) {
   const KvGrowth g = host_kv_growth(0.01);
-  // At least one whole step (spare bytes alone give a slot or two).
-  EXPECT_GE(g.at_end, g.when_snapshots_full + (64ull << 20) / 128);
+  EXPECT_GE(g.at_end, g.planned + 8 * ((64ull << 20) / 128));  // eight steps or more
 }
 
 // The receiver is chosen among the pool groups under pressure: a pool group with no slot at all
@@ -373,7 +424,7 @@ TEST(Rebalance, AnIdlePoolGroupThatCannotGiveDoesNotBlockTheOthers) {
 // youngest and stop the others. Before, its wait read 0 and every step on its tier stopped.
 TEST(Rebalance, APoolGroupWithNoSlotDoesNotBlockTheOthers) {
   const KvGrowth g = host_kv_growth(1e-6);  // rounds to no slot on the host tier
-  EXPECT_GE(g.at_end, g.when_snapshots_full + (64ull << 20) / 128);
+  EXPECT_GE(g.at_end, g.planned + 8 * ((64ull << 20) / 128));
 }
 
 }  // namespace

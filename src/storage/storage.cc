@@ -104,7 +104,10 @@ void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
     HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
               tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
     const Page& v = page(victim);
-    if (!v.demoted) ++slots(tier, pg).victims;
+    if (!v.demoted) {
+      ++slots(tier, pg).victims;
+      slots(tier, pg).ever_full = true;
+    }
     if (v.is_copy()) {
       release_copy(victim);
     } else if (v.copy_below != kNoPage && worth_moving(v)) {

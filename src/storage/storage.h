@@ -78,6 +78,9 @@ class Storage {
   uint64_t pressure_age(TierIndex tier, PoolGroupId pg) const;
   // Evictions of pages that were not demoted on (tier, pg) since the last reset_victims.
   uint64_t victims(TierIndex tier, PoolGroupId pg) const { return slots(tier, pg).victims; }
+  // Whether (tier, pg) ever evicted a page that was not demoted to make room: whether its slots
+  // were ever all needed.
+  bool ever_full(TierIndex tier, PoolGroupId pg) const { return slots(tier, pg).ever_full; }
   void reset_victims(TierIndex tier);
 
   // --- page lifetimes ---
@@ -142,6 +145,7 @@ class Storage {
     std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
     CopyEvent retired;                // the last copy that touched a slot since retired
     uint64_t victims = 0;             // see Storage::victims
+    bool ever_full = false;           // see Storage::ever_full
     uint64_t copies = 0;              // kept copies: room nothing else needed
     EvictionQueue held;
     EvictionQueue droppable;

@@ -21,12 +21,14 @@
 // idle pool group too small to give, or one with no slot, stopped every step on its tier), and
 // judging idle pool groups by their oldest page, took Nemotron-H at GPU 40 + host 200 GiB with
 // fp8 snapshots from 0.897 to 0.913 of attention-only reuse and Qwen3-Next at 16 + 64 GiB from
-// 0.817 to 0.858, and made the starting split (--typical-len) matter little. Counting free
-// slots as worth nothing (2026-12-01, sixth session) made it matter less where the split starts
-// far off: Nemotron-H fp8 16 + 64 GiB at --typical-len 65536 0.749 -> 0.831 (0.855 -> 0.856 at
-// the default 8192), Qwen3-Next at that setting 0.859 -> 0.899. Snapshots' waits
-// are no longer divided by 2: snapshot pricing weighs them, and the extra weight now cost the
-// demo's slice 8 %.
+// 0.817 to 0.858, and made the starting split (--typical-len) matter little. Counting the free
+// slots of a pool group that never evicted a page of value as worth nothing (2026-12-01, sixth
+// session) made it matter less where the split starts far off: fp8, 16 + 64 GiB, --typical-len
+// 65536, Nemotron-H 0.748 -> 0.836 and Qwen3-Next 0.859 -> 0.899 (at the default 8192
+// Nemotron-H 0.855 -> 0.852). Counting every free slot so (tried) shrank the GPU's state pool
+// group to its floor on the demo's slice (live states free theirs all the time) and cost it
+// 14 %. Snapshots' waits are no longer divided by 2: snapshot pricing weighs them, and the
+// extra weight now cost the demo's slice 8 %.
 #include <algorithm>
 
 #include "cache/manager_core.h"

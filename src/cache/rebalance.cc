@@ -8,10 +8,10 @@
 // which are worth nothing, do not count. The receiver is the youngest-victim pool group among
 // those under pressure (at least kMinVictims evictions since the last step); the donor is
 // the pool group, among those that can give the step's bytes, whose oldest page has waited
-// longest, where one that can give the step from its free slots counts as infinitely old (free
-// slots are worth nothing, however young its pages). When the donor's wait is at least
-// kHysteresis times the receiver's, about 1/kStepDivisor of the tier moves from the one to the
-// other. A step that cannot be taken
+// longest, where one that never evicted a page of value and can give the step from its free
+// slots counts as infinitely old (slots never needed are worth nothing, however young its
+// pages). When the donor's wait is at least kHysteresis times the receiver's, about
+// 1/kStepDivisor of the tier moves from the one to the other. A step that cannot be taken
 // (LOCKED pages, GPU floors, reserved slots) is skipped: it changes nothing. On the GPU no pool
 // group goes below its floor: what the declared constraints need (the hybrid manager declares
 // one request of ServingConfig::max_seq_len).
@@ -80,8 +80,7 @@ std::optional<std::vector<uint64_t>> ManagerCore::rebalance_target(storage::Tier
     const uint64_t slots = (need + pg.slot_bytes - 1) / pg.slot_bytes;
     const uint64_t floor = tp.kind == TierKind::kGpu ? pg.floor_slots : 0;
     if (want[pg.id.value] < floor + slots) continue;
-    // Slots never needed are worth nothing: a pool group that never had to evict gives the
-    // step from its free slots first, however young its pages.
+    // Slots never needed are worth nothing (Storage::ever_full).
     if (!storage_.ever_full(t, pg.id) && storage_.counts(t, pg.id).free >= slots)
       age[pg.id.value] = UINT64_MAX;
     if (!from || age[pg.id.value] >= age[from->value]) from = pg.id, loss = slots;

@@ -3,8 +3,11 @@ TP size, quotas, batch size, token budget, snapshot policy, speculative tokens, 
 offload / eviction / rebalancing / kept-copies settings and a trace (the bundled slice or a
 synthetic one), and must end with 0 mismatches or a clear refusal of settings that cannot hold
 their own floors. Prints one line per run (its seed replays it) and the command of any failure.
+With --typical-lens, each run also draws the starting split (--typical-len) from that list (the
+other draws, and so earlier seeds' settings, stay as they were).
 
     python3 scripts/verify_sweep.py [--seed S] [--runs N] [--cli build/release/hybridkv]
+                                    [--typical-lens 1024,8192,65536]
 """
 
 import argparse
@@ -19,7 +22,7 @@ POLICIES = ["aligned-end:512,branch,no-end", "end", "branch", "answer", "periodi
             "aligned-end:512,demand,branch,no-end"]
 
 
-def draw(seed, limits):
+def draw(seed, limits, typical_lens):
     r = random.Random(seed)
     models = sorted(p.name for p in (ROOT / "models").glob("*.json"))
     trace = r.choice([str(ROOT / "data" / "mooncake_conversation_first1000.jsonl"),
@@ -40,6 +43,8 @@ def draw(seed, limits):
             "--rebalance", r.choice(["on", "off"])]
     if r.random() < 0.25:
         args += ["--arrival", "timestamps"]
+    if typical_lens:
+        args += ["--typical-len", str(r.choice(typical_lens))]
     return args
 
 
@@ -50,11 +55,13 @@ def main():
     ap.add_argument("--cli", default=str(ROOT / "build" / "release" / "hybridkv"))
     ap.add_argument("--limits", default="40,80,120", help="request counts to draw from")
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--typical-lens", default="", help="starting splits to draw from (none: not drawn)")
     args = ap.parse_args()
     limits = [int(x) for x in args.limits.split(",")]
+    typical_lens = [int(x) for x in args.typical_lens.split(",") if x]
     failures = 0
     for seed in range(args.seed, args.seed + args.runs):
-        cmd = [args.cli, *draw(seed, limits)]
+        cmd = [args.cli, *draw(seed, limits, typical_lens)]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:

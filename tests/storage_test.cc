@@ -135,6 +135,27 @@ TEST_F(StorageTest, MaxRoomCountsHeldPagesOnlyWhereAColderTierTakesThem) {
   EXPECT_EQ(storage_->max_room(kGpuTier, pg_, storage_->empty_exclusions()), 0u);
 }
 
+// Rebalancing reads ever_full: a pool group whose free slots were never all needed. Evicting a
+// demoted page (worth nothing) does not set it, nor does a reset of the victim count clear it.
+TEST_F(StorageTest, EverFullIsSetByTheFirstEvictionOfAPageOfValue) {
+  make(false);
+  const std::vector<PageId> ids = fill_owned();
+  EXPECT_FALSE(storage_->ever_full(kGpuTier, pg_));
+  storage_->set_demoted(ids[3], true);
+  storage_->make_room(kGpuTier, pg_, 1);  // the demoted page goes first
+  EXPECT_EQ(recorder_.dropped, std::vector<OwnerTag>{3});
+  EXPECT_FALSE(storage_->ever_full(kGpuTier, pg_));
+  EXPECT_EQ(storage_->victims(kGpuTier, pg_), 0u);
+  storage_->make_room(kGpuTier, pg_, 2);  // then the least recently used page of value
+  EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{3, 0}));
+  EXPECT_TRUE(storage_->ever_full(kGpuTier, pg_));
+  EXPECT_EQ(storage_->victims(kGpuTier, pg_), 1u);
+  storage_->reset_victims(kGpuTier);
+  EXPECT_EQ(storage_->victims(kGpuTier, pg_), 0u);
+  EXPECT_TRUE(storage_->ever_full(kGpuTier, pg_));
+  EXPECT_EQ(storage_->check(), "");
+}
+
 TEST_F(StorageTest, CheckerFindsAPageWithNoHolder) {
   make(false);
   (void)storage_->allocate(group_, kGpuTier);  // nobody took a reference or ownership

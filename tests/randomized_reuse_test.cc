@@ -274,9 +274,9 @@ void run_reuse(uint64_t seed, const LifecycleModel& model, bool expect_returns =
   EXPECT_GT(n.reused_creates, 0u);
   EXPECT_GT(n.optional_selected, 0u);
   EXPECT_GT(n.end_commits, 0u);
+  // Kept host copies served evictions (their bytes checked with every tree page's).
   if (expect_returns) {
-    EXPECT_GT(moves.pages_returned_to_copy,
-              0u);  // kept host copies served evictions, bytes checked
+    EXPECT_GT(moves.pages_returned_to_copy, 0u);
   }
 }
 

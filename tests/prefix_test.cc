@@ -125,6 +125,20 @@ class PrefixIndexTest : public ::testing::Test {
     }
   }
 
+  // The nodes of the first `n` full blocks of tokens_ (created where missing).
+  std::vector<NodeId> path(size_t n) {
+    std::vector<NodeId> blocks;
+    for (NodeId parent = index_->root({}); blocks.size() < n; parent = blocks.back())
+      blocks.push_back(index_->block_node(parent, std::span(tokens_).subspan(blocks.size() * 4, 4),
+                                          blocks.size() * 4, {}, true));
+    return blocks;
+  }
+  // The page counts as just used.
+  void touch(PageId page) {
+    storage_->add_ref(page, Ref::kActive);
+    storage_->drop_ref(page, Ref::kActive);
+  }
+
   std::vector<int32_t> tokens_ = [] {
     std::vector<int32_t> t(64);
     for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i);
@@ -170,16 +184,9 @@ TEST_F(PrefixIndexTest, AMatchReportsWhatDroppedSnapshotsWouldHaveAdded) {
 // it); the snapshots below stay and serve again once a request computes the block again.
 TEST_F(PrefixIndexTest, DroppingAKvBlockDropsTheKvBelowItAndKeepsTheSnapshots) {
   commit(6, {1, 5});  // KV for 24 tokens, snapshots after 8 and 24
-  std::vector<NodeId> blocks;
-  for (NodeId parent = index_->root({}); blocks.size() < 6; parent = blocks.back())
-    blocks.push_back(index_->block_node(parent, std::span(tokens_).subspan(blocks.size() * 4, 4),
-                                        blocks.size() * 4, {}, true));
+  const std::vector<NodeId> blocks = path(6);
   // Every KV page but block 2's is used again, so block 2's is the next one evicted.
-  for (size_t b : {0u, 1u, 3u, 4u, 5u}) {
-    const PageId kv = index_->tree().pages(blocks[b])[attn_.value].page;
-    storage_->add_ref(kv, Ref::kActive);
-    storage_->drop_ref(kv, Ref::kActive);
-  }
+  for (size_t b : {0u, 1u, 3u, 4u, 5u}) touch(index_->tree().pages(blocks[b])[attn_.value].page);
   const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
   storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);
   for (size_t b = 0; b < blocks.size(); ++b) {
@@ -198,6 +205,31 @@ TEST_F(PrefixIndexTest, DroppingAKvBlockDropsTheKvBelowItAndKeepsTheSnapshots) {
   EXPECT_EQ(storage_->check(), "");
 }
 
+// KV a request still uses stays when a block above it is dropped, under a node left with no KV.
+// Once released it is an orphan too: the next block dropped above reaches it through that node.
+TEST_F(PrefixIndexTest, AnOrphanLeftInUseGoesWithTheNextBlockDroppedAboveIt) {
+  commit(6, {5});
+  const std::vector<NodeId> blocks = path(6);
+  auto kv = [&](size_t b) { return index_->tree().pages(blocks[b])[attn_.value].page; };
+  const std::vector<PageId> in_use{kv(3), kv(4), kv(5)};
+  for (PageId p : in_use) storage_->add_ref(p, Ref::kActive);
+  const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
+  for (size_t b : {0u, 1u}) touch(kv(b));
+  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);  // block 2 goes
+  for (size_t b = 0; b < blocks.size(); ++b)
+    EXPECT_EQ(index_->holds(blocks[b], attn_), b != 2) << "block " << b;
+  EXPECT_EQ(index_->check(), "");
+  for (PageId p : in_use) storage_->drop_ref(p, Ref::kActive);
+  touch(kv(0));
+  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);  // block 1 goes
+  for (size_t b = 0; b < blocks.size(); ++b)
+    EXPECT_EQ(index_->holds(blocks[b], attn_), b == 0) << "block " << b;
+  EXPECT_TRUE(index_->holds(blocks[5], ssm_));
+  EXPECT_EQ(index_->stats().groups[attn_.value].orphans_dropped, 3u);
+  EXPECT_EQ(index_->check(), "");
+  EXPECT_EQ(storage_->check(), "");
+}
+
 class PrefixIndexTwoTiers : public PrefixIndexTest {
  protected:
   PrefixIndexTwoTiers() { host_bytes_ = 16 << 10; }
@@ -212,10 +244,7 @@ TEST_F(PrefixIndexTwoTiers, AVictimOnItsWayDownStaysWhenTheHostDropsTheBlockAbov
   const uint64_t h = storage_->counts(host, pg).total;
   ASSERT_GE(h, 2u);
   ASSERT_LE((h + 2) * 4, tokens_.size());
-  std::vector<NodeId> blocks;
-  for (NodeId parent = index_->root({}); blocks.size() < h + 2; parent = blocks.back())
-    blocks.push_back(index_->block_node(parent, std::span(tokens_).subspan(blocks.size() * 4, 4),
-                                        blocks.size() * 4, {}, true));
+  const std::vector<NodeId> blocks = path(h + 2);
   // A snapshot at the end first, so no KV is demoted; then the KV, oldest first: blocks 0 ..
   // h - 1 fill the host, h and h + 1 are on the GPU.
   index_->publish(blocks.back(), ssm_, storage_->allocate(ssm_, kGpuTier), 4);

@@ -267,6 +267,8 @@ std::string PrefixIndex::check() const {
     }
   });
   if (!err.empty()) return err;
+  if (resume_group_) err = check_counts();
+  if (!err.empty()) return err;
   for (uint32_t i = 0; i < storage_.page_capacity(); ++i) {
     const storage::Page& p = storage_.page(PageId(i));
     if (!p.live || !p.owned()) continue;

@@ -121,10 +121,17 @@ class PrefixIndex final : public storage::PageObserver {
   // Resumes a snapshot's price counts at most: served once, a snapshot is worth twice an
   // unserved one; more resumes say little more (measured, bench/RESULTS.md 2026-12-01).
   static constexpr double kMaxPricedHits = 2;
+  // Adds `delta` to the node's count (Node::resumable or Node::kv_below) and carries each change
+  // between zero and non-zero to its parent; `crossed(node, nonzero)` runs for each node whose
+  // count crossed.
+  template <typename Crossed>
+  void carry_count(NodeId id, int delta, uint32_t Node::*count, Crossed&& crossed);
   void count_resumable(NodeId id, int delta);
   NodeId superseded_by(NodeId id) const;
   void mark_superseded(NodeId id, bool demoted);
   void drop_orphaned_kv(NodeId node, CacheGroupId group);
+  // Node::resumable and Node::kv_below against a count from scratch. Empty string = fine.
+  std::string check_counts() const;
 
   void emit(CacheEventKind kind, NodeId node, CacheGroupId group);
   void note_removed(NodeId node, CacheGroupId group);  // snapshot statistics and marks

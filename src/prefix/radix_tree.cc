@@ -84,6 +84,7 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
   n.demanded = false;
   n.snapshot_dropped = false;
   n.resumable = 0;
+  n.kv_below = 0;
   for (NodePage& p : pages(id)) p = NodePage{};
   if (parent != kNoNode) {
     HKV_CHECK(node(parent).full, "a partial block cannot have children");

@@ -45,6 +45,10 @@ struct Node {
   // node, plus 1 per child whose count is not 0. Zero: no request can resume at or below the
   // node, so its KV is worth nothing to a hybrid model.
   uint32_t resumable = 0;
+  // The same count for attention pages (worth.cc): 1 per attention page at this node, plus 1
+  // per child whose count is not 0. Zero: no KV at or below the node, so a block dropped above
+  // it orphans nothing here (drop_orphaned_kv does not walk the subtree).
+  uint32_t kv_below = 0;
 
   uint64_t end() const { return start + tokens.size(); }
 };

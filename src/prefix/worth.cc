@@ -96,6 +96,19 @@ float PrefixIndex::continuation_prior(NodeId node) const {
   return 0;
 }
 
+template <typename Crossed>
+void PrefixIndex::carry_count(NodeId id, int delta, uint32_t Node::*count, Crossed&& crossed) {
+  while (id != kNoNode) {
+    Node& n = tree_.node(id);
+    const bool was = n.*count > 0;
+    n.*count = static_cast<uint32_t>(static_cast<int64_t>(n.*count) + delta);
+    const bool is = n.*count > 0;
+    if (was == is) return;
+    crossed(id, is);
+    id = n.parent;
+  }
+}
+
 void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page) {
   if (!resume_group_) return;
   if (group == *resume_group_) {
@@ -104,6 +117,7 @@ void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page) {
     mark_superseded(node, true);
   } else if (plan_.cache_group(group).kind == GroupKind::kAttention) {
     storage_.set_demoted(page, tree_.node(node).resumable == 0);
+    carry_count(node, +1, &Node::kv_below, [](NodeId, bool) {});
   }
 }
 
@@ -133,7 +147,9 @@ void PrefixIndex::drop_orphaned_kv(NodeId node, CacheGroupId group) {
         ++stats_.groups[other.id.value].orphans_dropped;
       }
     }
-    for (NodeId c : tree_.node(at).children) stack.push_back(c);
+    for (NodeId c : tree_.node(at).children) {
+      if (tree_.node(c).kv_below > 0) stack.push_back(c);
+    }
   }
   // Deepest first: a node is pruned only once nothing below it is left in the list.
   for (auto it = orphans.rbegin(); it != orphans.rend(); ++it) {
@@ -146,9 +162,13 @@ void PrefixIndex::drop_orphaned_kv(NodeId node, CacheGroupId group) {
 }
 
 void PrefixIndex::note_unpublished(NodeId node, CacheGroupId group) {
-  if (!resume_group_ || group != *resume_group_) return;
-  count_resumable(node, -1);
-  mark_superseded(node, false);
+  if (!resume_group_) return;
+  if (group == *resume_group_) {
+    count_resumable(node, -1);
+    mark_superseded(node, false);
+  } else if (plan_.cache_group(group).kind == GroupKind::kAttention) {
+    carry_count(node, -1, &Node::kv_below, [](NodeId, bool) {});
+  }
 }
 
 void PrefixIndex::note_served(PageId page) {
@@ -159,21 +179,35 @@ void PrefixIndex::note_served(PageId page) {
   price_snapshot(NodeId(p.owner), page);
 }
 
-// Adds `delta` to the node's count and carries each change between zero and non-zero to its
-// parent, (de)moting the KV pages of every node whose verdict changed.
+// (De)motes the KV pages of every node whose verdict changed.
 void PrefixIndex::count_resumable(NodeId id, int delta) {
-  while (id != kNoNode) {
-    Node& n = tree_.node(id);
-    const bool was = n.resumable > 0;
-    n.resumable = static_cast<uint32_t>(static_cast<int64_t>(n.resumable) + delta);
-    const bool is = n.resumable > 0;
-    if (was == is) return;
+  carry_count(id, delta, &Node::resumable, [&](NodeId at, bool resumable) {
     for (const CacheGroup& g : plan_.cache_groups()) {
-      const PageId pid = tree_.pages(id)[g.id.value].page;
-      if (g.kind == GroupKind::kAttention && pid != kNoPage) storage_.set_demoted(pid, !is);
+      const PageId pid = tree_.pages(at)[g.id.value].page;
+      if (g.kind == GroupKind::kAttention && pid != kNoPage) storage_.set_demoted(pid, !resumable);
     }
-    id = n.parent;
-  }
+  });
+}
+
+std::string PrefixIndex::check_counts() const {
+  std::string err;
+  tree_.for_each_node([&](NodeId id, const Node& n) {
+    uint32_t resumable = tree_.pages(id)[resume_group_->value].page != kNoPage ? 1 : 0;
+    uint32_t kv = 0;
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      if (g.kind == GroupKind::kAttention && tree_.pages(id)[g.id.value].page != kNoPage) ++kv;
+    }
+    for (NodeId c : n.children) {
+      resumable += tree_.node(c).resumable > 0 ? 1 : 0;
+      kv += tree_.node(c).kv_below > 0 ? 1 : 0;
+    }
+    if (err.empty() && (n.resumable != resumable || n.kv_below != kv)) {
+      err = "tree node " + std::to_string(id.value) + ": resumable " + std::to_string(n.resumable) +
+            " / KV below " + std::to_string(n.kv_below) + ", counted " + std::to_string(resumable) +
+            " / " + std::to_string(kv);
+    }
+  });
+  return err;
 }
 
 // The nearest snapshot above `id` on a path with no fork between them (kNoNode if none).

@@ -156,6 +156,41 @@ TEST_F(StorageTest, EverFullIsSetByTheFirstEvictionOfAPageOfValue) {
   EXPECT_EQ(storage_->check(), "");
 }
 
+// Shrinking a pool moves exactly the pages in the retired slots into free ones below; growing
+// it again puts the new slots under the free stack.
+TEST_F(StorageTest, ShrinkingAPoolMovesOnlyThePagesInRetiredSlots) {
+  make(false);
+  const std::vector<PageId> ids = fill_owned();  // page k in slot k
+  const uint64_t total = gpu_slots();
+  for (size_t k = 0; k < 16; ++k) storage_->drop_owned(ids[k]);  // slots 0 .. 15 free
+  ASSERT_EQ(free_gpu(), 16u);
+  recorder_.updated.clear();
+  (void)storage_->resize_pool(kGpuTier, pg_, total - 10);
+  std::vector<OwnerTag> moved;
+  for (size_t k = total - 10; k < total; ++k) moved.push_back(static_cast<OwnerTag>(k));
+  EXPECT_EQ(recorder_.updated, moved);
+  for (size_t k = 16; k < total; ++k) {
+    const SlotId slot = storage_->page(ids[k]).slot;
+    if (k < total - 10) {
+      EXPECT_EQ(slot.value, k) << "page " << k << " stays";
+    } else {
+      EXPECT_LT(slot.value, 16u) << "page " << k << " moves into a freed slot";
+    }
+  }
+  EXPECT_EQ(free_gpu(), 6u);
+  EXPECT_EQ(storage_->check(), "");
+  (void)storage_->resize_pool(kGpuTier, pg_, total);
+  EXPECT_EQ(free_gpu(), 16u);
+  auto slot_of_new_page = [&] {
+    const PageId id = storage_->allocate(group_, kGpuTier);
+    storage_->set_owner(id, 1000);
+    return storage_->page(id).slot.value;
+  };
+  for (size_t k = 0; k < 6; ++k) EXPECT_LT(slot_of_new_page(), 16u);  // the old free slots first
+  EXPECT_EQ(slot_of_new_page(), total - 10);  // then the new ones, lowest first
+  EXPECT_EQ(storage_->check(), "");
+}
+
 TEST_F(StorageTest, CheckerFindsAPageWithNoHolder) {
   make(false);
   (void)storage_->allocate(group_, kGpuTier);  // nobody took a reference or ownership

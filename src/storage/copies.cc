@@ -26,13 +26,13 @@ void Storage::leave_copy_or_free(PageId id, TierIndex tier, SlotId slot) {
   copy.pool_group = page_up.pool_group;
   copy.tier = tier_kind(tier);
   copy.tier_index = tier;
-  copy.slot = slot;
   copy.live = true;
   copy.priority = page_up.priority;
   copy.demoted = true;
   copy.age_class = page_up.age_class;
   copy.ready = written;
   copy.copy_of = id;
+  seat(c, slot);
   page_up.copy_below = c;
   // Not to be overwritten before this batch's onboard has read it.
   pending_pages_.push_back(c);
@@ -59,7 +59,7 @@ void Storage::return_to_copy(PageId id) {
   stats_.tiers[copy.tier_index.value].returned_to_copy_bytes += bytes;
   p.tier = copy.tier;
   p.tier_index = copy.tier_index;
-  p.slot = copy.slot;
+  seat(id, copy.slot);
   p.ready = copy.ready;
   pending_pages_.push_back(id);
   p.copy_below = kNoPage;

@@ -10,10 +10,15 @@ namespace hybridkv::storage {
 CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
   PoolSlots& s = slots(tier, pg);
   if (total >= s.total) {
-    // New slots wait for whatever last touched them before they were retired.
+    // New slots wait for whatever last touched them before they were retired. They go under
+    // the free stack, lowest on top of them.
     s.last_use.resize(total, s.retired);
-    for (uint64_t i = s.total; i < total; ++i)
-      s.free.insert(s.free.begin(), SlotId(static_cast<uint32_t>(i)));
+    s.occupant.resize(total, kNoPage);
+    std::vector<SlotId> added;
+    added.reserve(total - s.total);
+    for (uint64_t i = total; i > s.total; --i)
+      added.push_back(SlotId(static_cast<uint32_t>(i - 1)));
+    s.free.insert(s.free.begin(), added.begin(), added.end());
     s.total = total;
     return {};
   }
@@ -23,26 +28,28 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
   // Copies already queued (an offload into a slot about to move) run in an earlier batch.
   flush();
   std::erase_if(s.free, [&](SlotId f) { return f.value >= total; });
-  for (uint32_t i = 0; i < pages_.size(); ++i) {
-    Page& p = pages_[i];
-    if (!p.live || p.tier_index != tier || p.pool_group != pg || p.slot.value < total) continue;
+  for (uint64_t slot = total; slot < s.total; ++slot) {
+    const PageId id = s.occupant[slot];
+    if (id == kNoPage) continue;
+    const Page& p = page(id);
     const SlotId dst = take_slot(tier, pg);
     pending_.push_back({pg, std::nullopt, p.tier, p.slot.value, p.tier, dst.value});
     pending_slots_.push_back({tier, pg, p.slot});  // the retired slot is read by this batch
-    p.slot = dst;
-    pending_pages_.push_back(PageId(i));
+    seat(id, dst);
+    pending_pages_.push_back(id);
     if (p.tier == TierKind::kGpu) {
       ++stats_.device_copies;
       ++stats_.groups[p.group.value].device_copy_blocks;
       stats_.groups[p.group.value].device_copy_bytes += plan_.pool_group(pg).slot_bytes;
     }
-    notify_updated(PageId(i));
+    notify_updated(id);
   }
   const CopyEvent event = flush();
   for (uint64_t i = total; i < s.total; ++i) {
     if (s.last_use[i].ticket > s.retired.ticket) s.retired = s.last_use[i];
   }
   s.last_use.resize(total);
+  s.occupant.resize(total);
   s.total = total;
   return event;
 }

@@ -23,6 +23,7 @@ Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
       s.free.reserve(s.total);
       for (uint64_t i = s.total; i > 0; --i) s.free.push_back(SlotId(static_cast<uint32_t>(i - 1)));
       s.last_use.assign(s.total, CopyEvent{});
+      s.occupant.assign(s.total, kNoPage);
       tier.pools.push_back(std::move(s));
     }
     tiers_.push_back(std::move(tier));
@@ -142,7 +143,14 @@ SlotId Storage::take_slot(TierIndex tier, PoolGroupId pg) {
 void Storage::give_slot(TierIndex tier, PoolGroupId pg, SlotId slot, CopyEvent last_use) {
   PoolSlots& s = slots(tier, pg);
   if (last_use.ticket > s.last_use[slot.value].ticket) s.last_use[slot.value] = last_use;
+  s.occupant[slot.value] = kNoPage;
   s.free.push_back(slot);
+}
+
+void Storage::seat(PageId id, SlotId slot) {
+  Page& p = mutable_page(id);
+  p.slot = slot;
+  slots(p.tier_index, p.pool_group).occupant[slot.value] = id;
 }
 
 PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority, bool snapshot) {
@@ -154,8 +162,8 @@ PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority, b
   p.pool_group = pg;
   p.tier = tier_kind(tier);
   p.tier_index = tier;
-  p.slot = slot;
   p.live = true;
+  seat(id, slot);
   p.priority = priority;
   p.demoted = false;
   p.hits = 0;
@@ -309,7 +317,7 @@ void Storage::move(PageId id, TierIndex dst_tier) {
   const CopyEvent src_ready = p.ready;
   p.tier = tier_kind(dst_tier);
   p.tier_index = dst_tier;
-  p.slot = dst_slot;
+  seat(id, dst_slot);
   // The copy must also wait for whoever last used the destination slot: copies run in order.
   pending_pages_.push_back(id);
   if (dst_tier < src_tier) {

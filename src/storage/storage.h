@@ -143,6 +143,7 @@ class Storage {
     uint64_t total = 0;
     std::vector<SlotId> free;         // stack; lowest slot on top at start
     std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
+    std::vector<PageId> occupant;     // per slot: the page in it (kNoPage: free)
     CopyEvent retired;                // the last copy that touched a slot since retired
     uint64_t victims = 0;             // see Storage::victims
     bool ever_full = false;           // see Storage::ever_full
@@ -169,6 +170,8 @@ class Storage {
   std::optional<TierIndex> destination_below(TierIndex tier, PoolGroupId pg) const;
   bool worth_moving(const Page& p) const;
   SlotId take_slot(TierIndex tier, PoolGroupId pg);
+  // The page now sits in `slot` of its tier and pool group (Page::slot and the slot's occupant).
+  void seat(PageId id, SlotId slot);
   void give_slot(TierIndex tier, PoolGroupId pg, SlotId slot, CopyEvent last_use);
   // Re-derives queue membership after a change; releases a page nobody refers to.
   void refresh(PageId id);

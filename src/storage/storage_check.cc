@@ -17,12 +17,13 @@ std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg,
   for (SlotId f : s.free) {
     if (f.value >= s.total) return "free slot out of range";
     if (owner[f.value]++) return "slot on the free list twice";
+    if (s.occupant[f.value] != kNoPage) return "a free slot has an occupant";
   }
   const uint64_t used = page_ids.size();
   for (uint32_t i : page_ids) {
     const Page& p = pages_[i];
     if (p.tier != tier_kind(tier)) return "page " + std::to_string(i) + ": tier kind is off";
-    if (p.slot.value >= s.total || owner[p.slot.value]++) {
+    if (p.slot.value >= s.total || owner[p.slot.value]++ || s.occupant[p.slot.value] != PageId(i)) {
       err << "page " << i << ": slot " << p.slot.value << " on " << tier_name << " pool group "
           << pg.id.value << " is not exclusively its own";
       return err.str();

@@ -126,6 +126,35 @@ TEST_F(StorageTest, HeldPagesCascadeToTheHostAndDroppablePagesDropOnTheLastTier)
   EXPECT_EQ(storage_->check(), "");
 }
 
+// A page written into a slot that a copy of the batch being built reads waits for that batch;
+// a slot freed in a batch without copies makes no one wait for it.
+TEST_F(StorageTest, APageInASlotTheBatchReadsWaitsForTheBatch) {
+  make(true);
+  const PageId down = storage_->allocate(group_, kGpuTier);
+  storage_->add_ref(down, Ref::kSuspended);
+  const SlotId read = storage_->page(down).slot;
+  (void)storage_->flush();
+  storage_->move(down, TierIndex(1));  // the offload reads `read`, which goes back on the stack
+  const PageId next = storage_->allocate(group_, kGpuTier);
+  ASSERT_EQ(storage_->page(next).slot, read);
+  const CopyEvent batch = storage_->flush();
+  ASSERT_NE(batch.ticket, 0u);
+  EXPECT_EQ(storage_->page(next).ready.ticket, batch.ticket);
+  // Released, the slot is free once that batch is done; a later batch that does not read it
+  // does not hold up its next page.
+  storage_->add_ref(next, Ref::kActive);
+  storage_->drop_ref(next, Ref::kActive);
+  (void)storage_->flush();
+  const PageId again = storage_->allocate(group_, kGpuTier);
+  ASSERT_EQ(storage_->page(again).slot, read);
+  const PageId other = storage_->allocate(group_, kGpuTier);
+  storage_->add_ref(other, Ref::kSuspended);
+  storage_->move(other, TierIndex(1));
+  const CopyEvent later = storage_->flush();
+  ASSERT_GT(later.ticket, batch.ticket);
+  EXPECT_EQ(storage_->page(again).ready.ticket, batch.ticket);
+}
+
 TEST_F(StorageTest, MaxRoomCountsHeldPagesOnlyWhereAColderTierTakesThem) {
   make(false);
   for (uint64_t i = 0; i < gpu_slots(); ++i) {

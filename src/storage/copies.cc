@@ -15,7 +15,7 @@ void Storage::leave_copy_or_free(PageId id, TierIndex tier, SlotId slot) {
   if (!plan_.config().keep_colder_copies || !p.owned() || p.demoted) {
     // The slot is free once this batch has read it.
     give_slot(tier, p.pool_group, slot, written);
-    pending_slots_.push_back({tier, p.pool_group, slot});
+    read_by_batch(tier, p.pool_group, slot);
     return;
   }
   const PageId c = take_dense_id(pages_, free_pages_);
@@ -52,7 +52,7 @@ void Storage::return_to_copy(PageId id) {
   dequeue(c);
   // The page's own slot is free once whatever last touched it (this batch included) is done.
   give_slot(p.tier_index, p.pool_group, p.slot, p.ready);
-  pending_slots_.push_back({p.tier_index, p.pool_group, p.slot});
+  read_by_batch(p.tier_index, p.pool_group, p.slot);
   const uint64_t bytes = plan_.pool_group(p.pool_group).slot_bytes;
   ++stats_.pages_returned_to_copy;
   stats_.bytes_returned_to_copy += bytes;
@@ -74,7 +74,7 @@ void Storage::release_copy(PageId c) {
   dequeue(c);
   mutable_page(copy.copy_of).copy_below = kNoPage;
   give_slot(copy.tier_index, copy.pool_group, copy.slot, copy.ready);
-  pending_slots_.push_back({copy.tier_index, copy.pool_group, copy.slot});
+  read_by_batch(copy.tier_index, copy.pool_group, copy.slot);
   forget_copy(c);
 }
 

@@ -14,6 +14,7 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
     // the free stack, lowest on top of them.
     s.last_use.resize(total, s.retired);
     s.occupant.resize(total, kNoPage);
+    s.read_in.resize(total, 0);
     std::vector<SlotId> added;
     added.reserve(total - s.total);
     for (uint64_t i = total; i > s.total; --i)
@@ -34,7 +35,7 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
     const Page& p = page(id);
     const SlotId dst = take_slot(tier, pg);
     pending_.push_back({pg, std::nullopt, p.tier, p.slot.value, p.tier, dst.value});
-    pending_slots_.push_back({tier, pg, p.slot});  // the retired slot is read by this batch
+    read_by_batch(tier, pg, p.slot);  // the retired slot is read by this batch
     seat(id, dst);
     pending_pages_.push_back(id);
     if (p.tier == TierKind::kGpu) {
@@ -50,6 +51,7 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
   }
   s.last_use.resize(total);
   s.occupant.resize(total);
+  s.read_in.resize(total);
   s.total = total;
   return event;
 }

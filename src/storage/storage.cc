@@ -24,6 +24,7 @@ Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
       for (uint64_t i = s.total; i > 0; --i) s.free.push_back(SlotId(static_cast<uint32_t>(i - 1)));
       s.last_use.assign(s.total, CopyEvent{});
       s.occupant.assign(s.total, kNoPage);
+      s.read_in.assign(s.total, 0);
       tier.pools.push_back(std::move(s));
     }
     tiers_.push_back(std::move(tier));
@@ -172,9 +173,7 @@ PageId Storage::allocate(CacheGroupId group, TierIndex tier, int32_t priority, b
   // The new owner writes the slot only after whatever last touched it, including a copy of this
   // operation that reads the slot and is not submitted yet.
   p.ready = slots(tier, pg).last_use[slot.value];
-  for (const SlotRef& s : pending_slots_) {
-    if (s.tier == tier && s.pg == pg && s.slot == slot) pending_pages_.push_back(id);
-  }
+  if (slots(tier, pg).read_in[slot.value] == batch_) pending_pages_.push_back(id);
   ++stats_.pages_allocated;
   ++stats_.groups[group.value].new_blocks;
   return id;
@@ -325,7 +324,7 @@ void Storage::move(PageId id, TierIndex dst_tier) {
   } else {
     // The source slot is free once this batch has read it.
     give_slot(src_tier, p.pool_group, src_slot, src_ready);
-    pending_slots_.push_back({src_tier, p.pool_group, src_slot});
+    read_by_batch(src_tier, p.pool_group, src_slot);
   }
   notify_updated(id);
   enqueue_moved(id, was_queued);
@@ -426,8 +425,21 @@ void Storage::cancel_offload(Page& p) {
 }
 
 CopyEvent Storage::flush() {
-  if (pending_.empty()) return {};
-  const CopyEvent event = backend_->submit(std::move(pending_));
+  CopyEvent event;
+  if (!pending_.empty()) {
+    event = backend_->submit(std::move(pending_));
+    pending_.clear();
+    record_batch(event);
+  }
+  // A batch without copies read no slot and wrote no page: nothing waits for it.
+  pending_offloads_.clear();
+  pending_pages_.clear();
+  pending_slots_.clear();
+  ++batch_;
+  return event;
+}
+
+void Storage::record_batch(CopyEvent event) {
   for (PageId id : pending_offloads_) {
     Page& p = mutable_page(id);
     if (!p.live || p.offload_pending == UINT32_MAX) continue;
@@ -435,8 +447,6 @@ CopyEvent Storage::flush() {
     p.offload_index = p.offload_pending;
     p.offload_pending = UINT32_MAX;
   }
-  pending_offloads_.clear();
-  pending_.clear();
   for (PageId id : pending_pages_) {
     if (page(id).live) mutable_page(id).ready = event;
   }
@@ -444,9 +454,11 @@ CopyEvent Storage::flush() {
     CopyEvent& e = slots(s.tier, s.pg).last_use[s.slot.value];
     if (event.ticket > e.ticket) e = event;
   }
-  pending_pages_.clear();
-  pending_slots_.clear();
-  return event;
+}
+
+void Storage::read_by_batch(TierIndex tier, PoolGroupId pg, SlotId slot) {
+  pending_slots_.push_back({tier, pg, slot});
+  slots(tier, pg).read_in[slot.value] = batch_;
 }
 
 }  // namespace hybridkv::storage

@@ -144,6 +144,7 @@ class Storage {
     std::vector<SlotId> free;         // stack; lowest slot on top at start
     std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
     std::vector<PageId> occupant;     // per slot: the page in it (kNoPage: free)
+    std::vector<uint64_t> read_in;    // per slot: the last batch with a copy that reads it
     CopyEvent retired;                // the last copy that touched a slot since retired
     uint64_t victims = 0;             // see Storage::victims
     bool ever_full = false;           // see Storage::ever_full
@@ -219,7 +220,12 @@ class Storage {
     PoolGroupId pg;
     SlotId slot;
   };
-  std::vector<SlotRef> pending_slots_;
+  std::vector<SlotRef> pending_slots_;  // slots read by a copy in pending_
+  uint64_t batch_ = 1;                  // the batch pending_ builds (PoolSlots::read_in)
+  // A copy of the batch being built reads `slot`: whoever writes it next waits for the batch.
+  void read_by_batch(TierIndex tier, PoolGroupId pg, SlotId slot);
+  // The submitted batch's event on what it reads and writes (offloads, pages, slots).
+  void record_batch(CopyEvent event);
 };
 
 }  // namespace hybridkv::storage

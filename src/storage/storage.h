@@ -144,7 +144,7 @@ class Storage {
     std::vector<SlotId> free;         // stack; lowest slot on top at start
     std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
     std::vector<PageId> occupant;     // per slot: the page in it (kNoPage: free)
-    std::vector<uint64_t> read_in;    // per slot: the last batch with a copy that reads it
+    std::vector<uint64_t> read_in;    // per slot: the last batch that may read it (read_by_batch)
     CopyEvent retired;                // the last copy that touched a slot since retired
     uint64_t victims = 0;             // see Storage::victims
     bool ever_full = false;           // see Storage::ever_full

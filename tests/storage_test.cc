@@ -127,7 +127,7 @@ TEST_F(StorageTest, HeldPagesCascadeToTheHostAndDroppablePagesDropOnTheLastTier)
 }
 
 // A page written into a slot that a copy of the batch being built reads waits for that batch;
-// a slot freed in a batch without copies makes no one wait for it.
+// a later batch that does not read the slot does not hold up its next page.
 TEST_F(StorageTest, APageInASlotTheBatchReadsWaitsForTheBatch) {
   make(true);
   const PageId down = storage_->allocate(group_, kGpuTier);

@@ -127,6 +127,7 @@ class PrefixIndex final : public storage::PageObserver {
   template <typename Crossed>
   void carry_count(NodeId id, int delta, uint32_t Node::*count, Crossed&& crossed);
   void count_resumable(NodeId id, int delta);
+  void count_kv(NodeId id, int delta);  // Node::kv_below
   NodeId superseded_by(NodeId id) const;
   void mark_superseded(NodeId id, bool demoted);
   void drop_orphaned_kv(NodeId node, CacheGroupId group);

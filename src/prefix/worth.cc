@@ -117,7 +117,7 @@ void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page) {
     mark_superseded(node, true);
   } else if (plan_.cache_group(group).kind == GroupKind::kAttention) {
     storage_.set_demoted(page, tree_.node(node).resumable == 0);
-    carry_count(node, +1, &Node::kv_below, [](NodeId, bool) {});
+    count_kv(node, +1);
   }
 }
 
@@ -167,7 +167,7 @@ void PrefixIndex::note_unpublished(NodeId node, CacheGroupId group) {
     count_resumable(node, -1);
     mark_superseded(node, false);
   } else if (plan_.cache_group(group).kind == GroupKind::kAttention) {
-    carry_count(node, -1, &Node::kv_below, [](NodeId, bool) {});
+    count_kv(node, -1);
   }
 }
 
@@ -187,6 +187,10 @@ void PrefixIndex::count_resumable(NodeId id, int delta) {
       if (g.kind == GroupKind::kAttention && pid != kNoPage) storage_.set_demoted(pid, !resumable);
     }
   });
+}
+
+void PrefixIndex::count_kv(NodeId id, int delta) {
+  carry_count(id, delta, &Node::kv_below, [](NodeId, bool) {});
 }
 
 std::string PrefixIndex::check_counts() const {

@@ -161,7 +161,7 @@ TEST_F(StorageTest, MaxRoomCountsHeldPagesOnlyWhereAColderTierTakesThem) {
     storage_->add_ref(storage_->allocate(group_, kGpuTier), Ref::kSuspended);
   }
   // One tier: HELD pages can never be dropped, so there is no room at all.
-  EXPECT_EQ(storage_->max_room(kGpuTier, pg_, storage_->empty_exclusions()), 0u);
+  EXPECT_EQ(storage_->max_room(kGpuTier, pg_), 0u);
 }
 
 // Rebalancing reads ever_full: a pool group whose free slots were never all needed. Evicting a

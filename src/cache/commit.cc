@@ -73,7 +73,7 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
     if (is_end && !(ssm && g.snapshot_pool_group)) continue;  // reduced precision: a copy
     if (ssm ? snapshot : tail) need[g.page_pool_group(ssm).value] += 1;
   }
-  if (Status s = check_room("commit", need, storage_.empty_exclusions()); !s)
+  if (Status s = check_room("commit", need); !s)
     return Status(s.code(), label(id) + ": " + s.message());
   if (rec.tokens.size() < e)
     rec.tokens.insert(rec.tokens.end(),

@@ -130,11 +130,12 @@ void ManagerCore::allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t h
 }
 
 Status ManagerCore::check_room(const char* op, const std::vector<uint64_t>& need,
-                               const storage::Exclusions& excluded) const {
+                               const storage::Exclusions* excluded) const {
   for (const PoolGroup& pg : plan_.pool_groups()) {
     const uint64_t n = need[pg.id.value];
     if (n == 0) continue;
-    const uint64_t room = storage_.max_room(kGpuTier, pg.id, excluded);
+    const uint64_t own = excluded ? (*excluded)[kGpuTier.value][pg.id.value] : 0;
+    const uint64_t room = storage_.max_room(kGpuTier, pg.id, own);
     if (room < n) {
       return Status(
           StatusCode::kOutOfPages,

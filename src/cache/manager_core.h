@@ -127,9 +127,10 @@ class ManagerCore {
   void allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history, uint64_t from_block,
                       const std::vector<BlockRange>& skip = {});
   PageId fresh_page(CacheRecord& rec, CacheGroupId group, int32_t priority);
-  // Refuses with kOutOfPages when GPU room for `need` cannot be made; else makes it.
+  // Refuses with kOutOfPages when GPU room for `need` cannot be made (the `excluded` pages of
+  // the operation's own caches are no room for it).
   Status check_room(const char* op, const std::vector<uint64_t>& need,
-                    const storage::Exclusions& excluded) const;
+                    const storage::Exclusions* excluded = nullptr) const;
   void make_room(const std::vector<uint64_t>& need);
   // Block-table (and index-buffer) entries [from, to) of an attention group, every beam.
   void set_table_entries(CacheRecord& rec, const CacheGroup& g, uint64_t from, uint64_t to);

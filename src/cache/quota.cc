@@ -63,7 +63,7 @@ Status ManagerCore::check_slots(storage::TierIndex t, const std::vector<uint64_t
       return Status(StatusCode::kFailedPrecondition,
                     where + ", but " + std::to_string(locked) + " of its pages are LOCKED");
     }
-    const uint64_t room = storage_.max_room(t, pg.id, storage_.empty_exclusions());
+    const uint64_t room = storage_.max_room(t, pg.id);
     if (room < c.total - n) {
       return Status(StatusCode::kOutOfPages, where + ", but only " + std::to_string(room) +
                                                  " of its " + std::to_string(c.total) +

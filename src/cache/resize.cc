@@ -50,7 +50,7 @@ Status ManagerCore::resize(uint32_t id, uint64_t capacity, uint64_t history) {
   const std::vector<BlockRange> scratch = scratch_plan(rec, capacity, history, have);
   std::vector<uint64_t> need = new_pages_needed(rec, capacity, history, have, scratch);
   add_scratch_needs(rec, scratch, need);
-  if (Status s = check_room("resize", need, storage_.empty_exclusions()); !s)
+  if (Status s = check_room("resize", need); !s)
     return Status(s.code(), label(id) + ": " + s.message());
   make_room(need);
   allocate_pages(rec, capacity, history, have, scratch);

@@ -85,7 +85,7 @@ Status ManagerCore::resume_allowed(uint32_t id, const CacheRecord& rec, bool fir
                                    ResumeNeeds& needs) const {
   needs = resume_needs(rec, first);
   if (Status s = utilization_gate(id, needs); !s) return s;
-  if (Status s = check_room("resume", needs.pages, needs.excluded); !s)
+  if (Status s = check_room("resume", needs.pages, &needs.excluded); !s)
     return Status(s.code(), label(id) + ": " + s.message());
   return Status::ok();
 }
@@ -119,7 +119,7 @@ Status ManagerCore::prefetch(uint32_t id) {
     }
   });
   if (away.empty()) return Status::ok();
-  if (Status s = check_room("prefetch", need, excluded); !s)
+  if (Status s = check_room("prefetch", need, &excluded); !s)
     return Status(s.code(), label(id) + ": " + s.message());
   for (PageId pid : own) storage_.pin(pid);
   make_room(need);

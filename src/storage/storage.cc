@@ -63,9 +63,8 @@ Storage::SlotCounts Storage::counts(TierIndex tier, PoolGroupId pg) const {
   return {s.total, s.free.size(), s.held.size() + s.droppable.size()};
 }
 
-uint64_t Storage::max_room(TierIndex tier, PoolGroupId pg, const Exclusions& excluded) const {
+uint64_t Storage::max_room(TierIndex tier, PoolGroupId pg, uint64_t own) const {
   const PoolSlots& s = slots(tier, pg);
-  const uint64_t own = excluded[tier.value][pg.value];
   const uint64_t held = s.held.size() - std::min<uint64_t>(s.held.size(), own);
   return s.free.size() + s.droppable.size() + std::min(held, room_below(tier, pg));
 }
@@ -83,9 +82,8 @@ uint64_t Storage::room_below(TierIndex tier, PoolGroupId pg) const {
 }
 
 std::optional<TierIndex> Storage::destination_below(TierIndex tier, PoolGroupId pg) const {
-  const Exclusions none = empty_exclusions();
   for (uint32_t t = tier.value + 1; t < tiers_.size(); ++t) {
-    if (max_room(TierIndex(t), pg, none) >= 1) return TierIndex(t);
+    if (max_room(TierIndex(t), pg) >= 1) return TierIndex(t);
   }
   return std::nullopt;
 }

@@ -63,8 +63,9 @@ class Storage {
     uint64_t evictable = 0;  // HELD and DROPPABLE pages in the queues
   };
   SlotCounts counts(TierIndex tier, PoolGroupId pg) const;
-  // The most free slots that evictions could make on (tier, pg), own pages excluded.
-  uint64_t max_room(TierIndex tier, PoolGroupId pg, const Exclusions& excluded) const;
+  // The most free slots that evictions could make on (tier, pg), not counting `own` queued
+  // pages of the operation's own caches there (Exclusions).
+  uint64_t max_room(TierIndex tier, PoolGroupId pg, uint64_t own = 0) const;
   // Requires: max_room(tier, pg, none) >= n. Evicts until n slots are free.
   void make_room(TierIndex tier, PoolGroupId pg, uint64_t n);
 

@@ -66,7 +66,7 @@ class Storage {
   // The most free slots that evictions could make on (tier, pg), not counting `own` queued
   // pages of the operation's own caches there (Exclusions).
   uint64_t max_room(TierIndex tier, PoolGroupId pg, uint64_t own = 0) const;
-  // Requires: max_room(tier, pg, none) >= n. Evicts until n slots are free.
+  // Requires: max_room(tier, pg) >= n. Evicts until n slots are free.
   void make_room(TierIndex tier, PoolGroupId pg, uint64_t n);
 
   // --- pressure (pool rebalancing) ---

@@ -435,4 +435,23 @@ TEST(Slots, GrainGrowsWithTheGpuQuota) {
 }
 
 }  // namespace
+// Issue 36: slot indices are int32 in block tables; a quota that gives a pool group more slots
+// than that is refused with the tier, the quota and the count, never wrapped.
+TEST(TierPlan, MoreSlotsThanInt32IndicesHoldAreRefused) {
+  ManagerConfig c;
+  c.tokens_per_block = 16;
+  AttentionLayerConfig a;
+  a.buffers = {{"key", 512, {}, {}}, {"value", 512, {}, {}}};
+  c.attention_layers.push_back(a);
+  c.tiers = {{TierKind::kGpu, 1ull << 30, ""}, {TierKind::kHost, 1ull << 44, ""}};
+  const Result<StoragePlan> plan = StoragePlan::build(c);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_NE(plan.status().message().find("tiers[1] (HOST): quota 16.00 TiB gives pool group 0 "
+                                         "17179869184 slots"),
+            std::string::npos)
+      << plan.status().to_string();
+  c.tiers[1].quota_bytes = 1ull << 40;  // 2^30 slots
+  EXPECT_TRUE(StoragePlan::build(c).is_ok());
+}
+
 }  // namespace hybridkv

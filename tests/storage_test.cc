@@ -220,6 +220,36 @@ TEST_F(StorageTest, ShrinkingAPoolMovesOnlyThePagesInRetiredSlots) {
   EXPECT_EQ(storage_->check(), "");
 }
 
+// Issue 36: the none backend's bookkeeping grew with the quota (64 TiB: std::bad_alloc). Slots
+// never used cost nothing; they are handed out lowest first after the freed ones, as before.
+TEST(StorageHugeQuota, SlotsCostNothingUntilUsed) {
+  ManagerConfig c;
+  c.tokens_per_block = 16;
+  AttentionLayerConfig a;
+  a.buffers = {{"key", 512, {}, {}}, {"value", 512, {}, {}}};
+  c.attention_layers.push_back(a);
+  c.tiers = {{TierKind::kGpu, 1ull << 40, ""},
+             {TierKind::kHost, 1ull << 40, ""}};  // 2^30 slots each
+  const StoragePlan plan = *StoragePlan::build(c);
+  auto backend = std::move(memory::make_backend({BackendKind::kNone})).value();
+  ASSERT_TRUE(backend->allocate(plan).is_ok());
+  Storage storage(plan, backend.get());
+  const uint64_t total = storage.counts(kGpuTier, PoolGroupId(0)).total;
+  ASSERT_EQ(total, 1ull << 30);
+  std::vector<PageId> ids;
+  for (int k = 0; k < 4; ++k) {
+    ids.push_back(storage.allocate(CacheGroupId(0), kGpuTier));
+    storage.set_owner(ids.back(), static_cast<OwnerTag>(k));
+    EXPECT_EQ(storage.page(ids.back()).slot.value, static_cast<uint32_t>(k));
+  }
+  storage.drop_owned(ids[1]);
+  const PageId again = storage.allocate(CacheGroupId(0), kGpuTier);
+  storage.set_owner(again, 9);
+  EXPECT_EQ(storage.page(again).slot.value, 1u) << "a freed slot is reused before a new one";
+  EXPECT_EQ(storage.counts(kGpuTier, PoolGroupId(0)).free, total - 4);
+  EXPECT_EQ(storage.check(), "");
+}
+
 TEST_F(StorageTest, CheckerFindsAPageWithNoHolder) {
   make(false);
   (void)storage_->allocate(group_, kGpuTier);  // nobody took a reference or ownership

@@ -25,6 +25,22 @@ void reserve_whole_tier(const std::vector<PoolGroup>& groups, const TierConfig& 
   }
 }
 
+// Slot indices reach kernels as int32 (block tables, state indices; -1 is "no page"): a pool
+// group of a tier holds at most 2^31 - 1 slots.
+Status check_slot_range(const TierConfig& config, const TierPlan& tier, size_t index) {
+  constexpr uint64_t kMaxSlots = (1ull << 31) - 1;
+  for (size_t pg = 0; pg < tier.reserved_slots.size(); ++pg) {
+    if (tier.reserved_slots[pg] <= kMaxSlots) continue;
+    const uint64_t bytes = std::max(config.quota_bytes, config.max_quota_bytes);
+    return Status::invalid("tiers[" + std::to_string(index) + "] (" + tier_kind_name(config.kind) +
+                           "): quota " + format_bytes(bytes) + " gives pool group " +
+                           std::to_string(pg) + " " + std::to_string(tier.reserved_slots[pg]) +
+                           " slots; slot indices are int32, at most " + std::to_string(kMaxSlots) +
+                           " slots per pool group: lower the quota or raise tokens_per_block");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
@@ -70,6 +86,7 @@ Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
         tier.reserved_slots[i] = std::max(tier.reserved_slots[i], most[i]);
     }
     if (config.pool_rebalance) reserve_whole_tier(plan.pool_groups_, t, tier);
+    if (Status s = check_slot_range(t, tier, plan.tiers_.size()); !s) return s;
     plan.tiers_.push_back(std::move(tier));
   }
   const std::optional<uint64_t> longest = plan.max_request_tokens();

@@ -10,26 +10,19 @@ namespace hybridkv::storage {
 CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
   PoolSlots& s = slots(tier, pg);
   if (total >= s.total) {
-    // New slots wait for whatever last touched them before they were retired. They go under
-    // the free stack, lowest on top of them.
-    s.last_use.resize(total, s.retired);
-    s.occupant.resize(total, kNoPage);
-    s.read_in.resize(total, 0);
-    std::vector<SlotId> added;
-    added.reserve(total - s.total);
-    for (uint64_t i = total; i > s.total; --i)
-      added.push_back(SlotId(static_cast<uint32_t>(i - 1)));
-    s.free.insert(s.free.begin(), added.begin(), added.end());
+    // New slots are never-touched slots (taken last, lowest first); they wait for whatever last
+    // touched a slot before it was retired.
+    if (s.retired.ticket > s.untouched_use.ticket) s.untouched_use = s.retired;
     s.total = total;
     return {};
   }
-  HKV_CHECK(s.total - s.free.size() <= total, "resize_pool: %llu pages do not fit in %llu slots",
-            static_cast<unsigned long long>(s.total - s.free.size()),
-            static_cast<unsigned long long>(total));
+  const uint64_t used = s.total - s.free_count();
+  HKV_CHECK(used <= total, "resize_pool: %llu pages do not fit in %llu slots",
+            static_cast<unsigned long long>(used), static_cast<unsigned long long>(total));
   // Copies already queued (an offload into a slot about to move) run in an earlier batch.
   flush();
   std::erase_if(s.free, [&](SlotId f) { return f.value >= total; });
-  for (uint64_t slot = total; slot < s.total; ++slot) {
+  for (uint64_t slot = total; slot < s.touched; ++slot) {
     const PageId id = s.occupant[slot];
     if (id == kNoPage) continue;
     const Page& p = page(id);
@@ -46,13 +39,10 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
     notify_updated(id);
   }
   const CopyEvent event = flush();
-  for (uint64_t i = total; i < s.total; ++i) {
+  for (uint64_t i = total; i < s.touched; ++i) {
     if (s.last_use[i].ticket > s.retired.ticket) s.retired = s.last_use[i];
   }
-  s.last_use.resize(total);
-  s.occupant.resize(total);
-  s.read_in.resize(total);
-  s.total = total;
+  s.cut(total);
   return event;
 }
 
@@ -61,7 +51,7 @@ uint64_t Storage::pressure_age(TierIndex tier, PoolGroupId pg) const {
   const PageId next = s.droppable.front_not_demoted();
   if (next != kNoPage) return page(next).weighted_age(tick_);
   // Kept copies are room nothing else needed: they count as free.
-  return (!s.free.empty() || s.copies > 0) && s.victims == 0 ? UINT64_MAX : 0;
+  return (s.free_count() > 0 || s.copies > 0) && s.victims == 0 ? UINT64_MAX : 0;
 }
 
 void Storage::reset_victims(TierIndex tier) {

@@ -20,11 +20,6 @@ Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
     for (const PoolGroup& pg : plan_.pool_groups()) {
       PoolSlots s(&pages_, &tick_);
       s.total = t.slots[pg.id.value];
-      s.free.reserve(s.total);
-      for (uint64_t i = s.total; i > 0; --i) s.free.push_back(SlotId(static_cast<uint32_t>(i - 1)));
-      s.last_use.assign(s.total, CopyEvent{});
-      s.occupant.assign(s.total, kNoPage);
-      s.read_in.assign(s.total, 0);
       tier.pools.push_back(std::move(s));
     }
     tiers_.push_back(std::move(tier));
@@ -60,13 +55,13 @@ void Storage::exclude(Exclusions& excluded, PageId id) const {
 
 Storage::SlotCounts Storage::counts(TierIndex tier, PoolGroupId pg) const {
   const PoolSlots& s = slots(tier, pg);
-  return {s.total, s.free.size(), s.held.size() + s.droppable.size()};
+  return {s.total, s.free_count(), s.held.size() + s.droppable.size()};
 }
 
 uint64_t Storage::max_room(TierIndex tier, PoolGroupId pg, uint64_t own) const {
   const PoolSlots& s = slots(tier, pg);
   const uint64_t held = s.held.size() - std::min<uint64_t>(s.held.size(), own);
-  return s.free.size() + s.droppable.size() + std::min(held, room_below(tier, pg));
+  return s.free_count() + s.droppable.size() + std::min(held, room_below(tier, pg));
 }
 
 // Room for pages from above on the tiers below `tier`: a page moves to the first tier below
@@ -76,7 +71,7 @@ uint64_t Storage::room_below(TierIndex tier, PoolGroupId pg) const {
   uint64_t room = 0;
   for (uint32_t t = tier.value + 1; t < tiers_.size(); ++t) {
     const PoolSlots& s = slots(TierIndex(t), pg);
-    room += s.free.size() + s.droppable.size();
+    room += s.free_count() + s.droppable.size();
   }
   return room;
 }
@@ -98,7 +93,7 @@ PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) con
 }
 
 void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
-  while (slots(tier, pg).free.size() < n) {
+  while (slots(tier, pg).free_count() < n) {
     const std::optional<TierIndex> below = destination_below(tier, pg);
     const PageId victim = pick_victim(tier, pg, below.has_value());
     HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
@@ -132,11 +127,32 @@ bool Storage::worth_moving(const Page& p) const {
 
 SlotId Storage::take_slot(TierIndex tier, PoolGroupId pg) {
   PoolSlots& s = slots(tier, pg);
-  HKV_CHECK(!s.free.empty(), "no free slot on %s pool group %u", tier_kind_name(tier_kind(tier)),
+  HKV_CHECK(s.free_count() > 0, "no free slot on %s pool group %u", tier_kind_name(tier_kind(tier)),
             pg.value);
-  const SlotId slot = s.free.back();
-  s.free.pop_back();
-  return slot;
+  return s.take();
+}
+
+SlotId Storage::PoolSlots::take() {
+  if (!free.empty()) {
+    const SlotId slot = free.back();
+    free.pop_back();
+    return slot;
+  }
+  last_use.push_back(untouched_use);
+  occupant.push_back(kNoPage);
+  read_in.push_back(0);
+  return SlotId(static_cast<uint32_t>(touched++));
+}
+
+void Storage::PoolSlots::cut(uint64_t new_total) {
+  std::erase_if(free, [&](SlotId f) { return f.value >= new_total; });
+  if (touched > new_total) {
+    touched = new_total;
+    last_use.resize(touched);
+    occupant.resize(touched);
+    read_in.resize(touched);
+  }
+  total = new_total;
 }
 
 void Storage::give_slot(TierIndex tier, PoolGroupId pg, SlotId slot, CopyEvent last_use) {

@@ -140,12 +140,18 @@ class Storage {
   std::string snapshot() const;
 
  private:
+  // One (tier, pool group)'s slots. Bookkeeping grows with the slots ever used, not with the
+  // quota: slots [touched, total) were never handed out and are free implicitly, taken in
+  // increasing order once the stack of freed slots is empty (the order a stack of every slot,
+  // lowest on top, would give). A quota of terabytes costs nothing until it is used.
   struct PoolSlots {
     uint64_t total = 0;
-    std::vector<SlotId> free;         // stack; lowest slot on top at start
-    std::vector<CopyEvent> last_use;  // per slot: the last copy that touched it
-    std::vector<PageId> occupant;     // per slot: the page in it (kNoPage: free)
-    std::vector<uint64_t> read_in;    // per slot: the last batch that may read it (read_by_batch)
+    uint64_t touched = 0;             // slots [0, touched) have per-slot entries below
+    std::vector<SlotId> free;         // freed slots below `touched`: a stack
+    std::vector<CopyEvent> last_use;  // per touched slot: the last copy that touched it
+    std::vector<PageId> occupant;     // per touched slot: the page in it (kNoPage: free)
+    std::vector<uint64_t> read_in;    // per touched slot: the last batch that may read it
+    CopyEvent untouched_use;          // what a slot not yet touched waits for (a regrown one)
     CopyEvent retired;                // the last copy that touched a slot since retired
     uint64_t victims = 0;             // see Storage::victims
     bool ever_full = false;           // see Storage::ever_full
@@ -155,6 +161,11 @@ class Storage {
     PoolSlots(std::vector<Page>* pages, const uint64_t* clock)
         : held(pages, QueueKind::kHeld, clock), droppable(pages, QueueKind::kDroppable, clock) {}
     EvictionQueue& queue(QueueKind kind) { return kind == QueueKind::kHeld ? held : droppable; }
+    uint64_t free_count() const { return free.size() + (total - touched); }
+    // Requires: free_count() > 0.
+    SlotId take();
+    // Slots past `total` are gone: freed ones leave the stack, touched ones their entries.
+    void cut(uint64_t total);
   };
   struct Tier {
     TierKind kind;

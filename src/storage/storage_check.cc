@@ -13,9 +13,14 @@ std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg,
   std::ostringstream err;
   const PoolSlots& s = slots(tier, pg.id);
   const char* tier_name = tier_kind_name(tier_kind(tier));
-  std::vector<int> owner(s.total, 0);
+  if (s.touched > s.total || s.occupant.size() != s.touched || s.last_use.size() != s.touched ||
+      s.read_in.size() != s.touched) {
+    return std::string(tier_name) + " pool group " + std::to_string(pg.id.value) +
+           ": per-slot entries do not match the touched slots";
+  }
+  std::vector<int> owner(s.touched, 0);
   for (SlotId f : s.free) {
-    if (f.value >= s.total) return "free slot out of range";
+    if (f.value >= s.touched) return "free slot out of range";
     if (owner[f.value]++) return "slot on the free list twice";
     if (s.occupant[f.value] != kNoPage) return "a free slot has an occupant";
   }
@@ -23,15 +28,16 @@ std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg,
   for (uint32_t i : page_ids) {
     const Page& p = pages_[i];
     if (p.tier != tier_kind(tier)) return "page " + std::to_string(i) + ": tier kind is off";
-    if (p.slot.value >= s.total || owner[p.slot.value]++ || s.occupant[p.slot.value] != PageId(i)) {
+    if (p.slot.value >= s.touched || owner[p.slot.value]++ ||
+        s.occupant[p.slot.value] != PageId(i)) {
       err << "page " << i << ": slot " << p.slot.value << " on " << tier_name << " pool group "
           << pg.id.value << " is not exclusively its own";
       return err.str();
     }
   }
-  if (used + s.free.size() != s.total) {
-    err << tier_name << " pool group " << pg.id.value << ": " << used << " used + " << s.free.size()
-        << " free != " << s.total << " slots";
+  if (used + s.free_count() != s.total) {
+    err << tier_name << " pool group " << pg.id.value << ": " << used << " used + "
+        << s.free_count() << " free != " << s.total << " slots";
     return err.str();
   }
   for (const EvictionQueue* q : {&s.held, &s.droppable}) {
@@ -127,6 +133,7 @@ std::string Storage::snapshot() const {
       std::sort(free.begin(), free.end());
       os << "tier " << t << " pg " << pg.id.value << " free";
       for (uint32_t f : free) os << " " << f;
+      os << " untouched " << s.touched << ".." << s.total;
       os << " held";
       for (PageId id : s.held.pages_in_order()) os << " " << id.value;
       os << " droppable";

@@ -216,9 +216,9 @@ TEST(CliPlan, BadInputExitsTwoWithOneLine) {
   std::ofstream(unknown) << R"({"model_type": "transformer9000"})";
   expect_bad_input("plan --model " + unknown, "'transformer9000' is unknown");
   expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --gpu-quota 12XB",
-                   "--gpu-quota: cannot parse '12XB'");
+                   "--gpu-quota: '12XB': unknown unit 'XB'");
   expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --host-quota lots",
-                   "--host-quota: cannot parse 'lots'");
+                   "--host-quota: 'lots' does not start with a number");
   expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --tp 3",
                    "is not divisible by tp 3");
   expect_bad_input("plan --model " + model("nemotron_h_8b.json") + " --tp 0", "--tp");

@@ -196,7 +196,7 @@ TEST(EngineCallsSinks, WindowCoverageKeepsItsSinkBlocksApart) {
   c.enable_partial_reuse = true;
   auto m = std::move(KvCacheManager::create(c, {BackendKind::kNone})).value();
   const std::vector<int32_t> tokens = random_tokens(rng, 200);
-  auto a = std::move(m->create_kv_cache({{}, tokens, 1, {}, {}})).value();
+  auto a = std::move(m->create_kv_cache({{}, tokens, 1, {}, {}, {}})).value();
   ASSERT_OK(a->resume({}));
   ASSERT_OK(a->resize(160, 0));
   ASSERT_OK(a->resize(160, 160));
@@ -308,7 +308,7 @@ TEST_F(EngineCalls, RuntimeQuotaShrinkIsRefusedWhenLockedPagesAloneExceedIt) {
   ASSERT_OK(a.cache->resize((at2[kAttentionPool.value] / 2 + 5) * 16, 0));
   const std::string before = testing::debug_snapshot(*m);
   const Status s = m->set_quota(TierKind::kGpu, 2ull << 20);
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+  EXPECT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
   EXPECT_NE(s.message().find("LOCKED"), std::string::npos) << s.message();
   EXPECT_EQ(testing::debug_snapshot(*m), before);
   EXPECT_EQ(*m->quota(TierKind::kGpu), 4ull << 20);

@@ -171,8 +171,8 @@ TEST_F(Lifecycle, OutOfPagesInResizeRollsBackExactly) {
   ASSERT_OK(a.cache->resume({}));
   ASSERT_OK(advance(engine, a, 100));
   const std::string before = testing::debug_snapshot(*m);
-  // 239 attention slots; the window needs 4 of them: 240 full blocks do not fit.
-  const Status s = a.cache->resize(240 * 16, 100);
+  // 238 attention slots; the window needs 4 of them: 236 full blocks do not fit.
+  const Status s = a.cache->resize(236 * 16, 100);
   ASSERT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
   EXPECT_NE(s.message().find("resize: pool group 2 (GPU) needs"), std::string::npos) << s.message();
   EXPECT_EQ(testing::debug_snapshot(*m), before);
@@ -189,6 +189,77 @@ TEST_F(Lifecycle, QuotaTooSmallForOneRequestFailsNamingThePoolGroup) {
   ASSERT_EQ(s.code(), StatusCode::kOutOfPages);
   EXPECT_NE(s.message().find("pool group 2"), std::string::npos) << s.message();
   EXPECT_EQ(a.cache->capacity(), 0u);
+}
+
+// Issue 36: a resize to a capacity no GPU could hold ran for as long as the capacity was large
+// (2^63: for ever, holding the manager's lock). It is refused before any block is counted, with
+// nothing changed.
+TEST_F(Lifecycle, ACapacityNoGpuHoldsIsRefusedAtOnce) {
+  auto m = make_manager(LifecycleModel{});
+  testing::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 40), 40);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 40));
+  const std::string before = testing::debug_snapshot(*m);
+  for (uint64_t capacity : {uint64_t{1} << 20, uint64_t{1} << 31, uint64_t{1} << 63, UINT64_MAX}) {
+    const Status s = a.cache->resize(capacity, 40);
+    ASSERT_FALSE(s.is_ok()) << capacity;
+    EXPECT_NE(s.message().find("resize: capacity " + std::to_string(capacity)), std::string::npos)
+        << s.message();
+    EXPECT_EQ(testing::debug_snapshot(*m), before);
+  }
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
+}
+
+// One decode step's growth as one operation: a cache listed twice, one not ACTIVE, or too little
+// room for all of them, and nothing changed; otherwise every cache grew.
+TEST_F(Lifecycle, ResizeAllIsAllOrNothing) {
+  LifecycleModel model;
+  model.host_quota = 0;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 3; ++i) {
+    reqs.push_back(make_request(*m, random_tokens(rng_, 128), 64));
+    ASSERT_OK(reqs.back().cache->resume({}));
+    ASSERT_OK(advance(engine, reqs.back(), 64));
+  }
+  auto grow = [&](std::vector<size_t> which, uint64_t by) {
+    std::vector<CacheResize> rs;
+    for (size_t i : which) {
+      KvCache* c = reqs[i].cache.get();  // the last step computed up to capacity
+      rs.push_back({c, c->capacity() + by, c->capacity()});
+    }
+    return m->resize_all(rs);
+  };
+  std::string before = testing::debug_snapshot(*m);
+  Status s = grow({0, 1, 0}, 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("appears at positions 0 and 2"), std::string::npos) << s.message();
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
+  ASSERT_OK(reqs[2].cache->suspend());
+  before = testing::debug_snapshot(*m);
+  s = grow({0, 2}, 1);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
+  // Each alone fits; the three together do not: refused whole.
+  ASSERT_OK(reqs[2].cache->resume({}));
+  const uint64_t free_blocks = m->storage_stats().tiers[0].pool_groups[2].free_slots +
+                               m->storage_stats().tiers[0].pool_groups[2].evictable_slots;
+  const uint64_t each = (free_blocks / 2) * 16;
+  before = testing::debug_snapshot(*m);
+  s = grow({0, 1, 2}, each);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
+  EXPECT_NE(s.message().find("the 3 caches together; nothing changed"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
+  ASSERT_OK(grow({0, 1, 2}, 16));
+  for (Request& r : reqs) {
+    EXPECT_EQ(r.cache->capacity(), 80u);
+    ASSERT_OK(engine.step(*r.cache, r.fake, 80));
+    ASSERT_OK(engine.verify(*r.cache, r.fake));
+  }
+  expect_clean(*m);
 }
 
 TEST_F(Lifecycle, SlidingWindowReleasesStaleBlocks) {
@@ -280,7 +351,7 @@ TEST_F(Lifecycle, MisuseGetsAClearErrorAndChangesNothing) {
       {"shrinking history", [&] { return a.cache->resize(60, 40); }, StatusCode::kInvalidArgument,
        "history 40 is below the current history 50"},
       {"resume of an active cache", [&] { return a.cache->resume({}); },
-       StatusCode::kFailedPrecondition, "resume needs a SUSPENDED cache, it is ACTIVE"},
+       StatusCode::kFailedPrecondition, "resume needs state SUSPENDED, it is ACTIVE"},
       {"small index buffer",
        [&] {
          std::vector<int32_t> small(2);

@@ -178,7 +178,7 @@ TinyRun run_tiny(bool scratch) {
   std::mt19937_64 rng(11);
   std::vector<int32_t> tokens(64);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 1000);
-  auto cache = std::move(m->create_kv_cache({{}, tokens, 1, {}, {}})).value();
+  auto cache = std::move(m->create_kv_cache({{}, tokens, 1, {}, {}, {}})).value();
   EXPECT_TRUE(cache->resume({}).is_ok());
   const CacheGroupId window = *m->plan().buffer_group_id(1, "key");
   const PoolGroupId pool = m->plan().cache_group(window).pool_group;
@@ -234,7 +234,7 @@ TEST(Scratch, LongPromptTakesAFewScratchSlotsInsteadOfAWindowPageABlock) {
     const CacheGroupId window(1);
     ASSERT_EQ(m->plan().cache_group(window).window, 128u);
     const uint64_t free0 = m->storage_stats().tiers[0].pool_groups[0].free_slots;
-    auto a = std::move(m->create_kv_cache({{}, prompt, 1, {}, {}})).value();
+    auto a = std::move(m->create_kv_cache({{}, prompt, 1, {}, {}, {}})).value();
     ASSERT_OK(a->resume({}));
     ASSERT_OK(a->resize(32768, 0));  // the whole prompt in one step
     const uint64_t used = free0 - m->storage_stats().tiers[0].pool_groups[0].free_slots;
@@ -286,16 +286,16 @@ TEST(Scratch, BadSettingsAndCallsAreNamed) {
       std::move(KvCacheManager::create(small_model(false), BackendOptions{BackendKind::kHost}))
           .value();
   std::vector<int32_t> tokens(40, 1);
-  EXPECT_EQ(off->create_kv_cache({{}, tokens, 1, {}, true}).status().code(),
+  EXPECT_EQ(off->create_kv_cache({{}, tokens, 1, {}, true, {}}).status().code(),
             StatusCode::kInvalidArgument);
-  auto cache = std::move(off->create_kv_cache({{}, tokens, 1, {}, {}})).value();
+  auto cache = std::move(off->create_kv_cache({{}, tokens, 1, {}, {}, {}})).value();
   EXPECT_EQ(cache->set_swa_scratch(true).code(), StatusCode::kInvalidArgument);
   // With scratch: a step leaves scratch blocks; the next may not rewind below capacity -
   // max_rewind_len (here 2), and a per-request switch turns it off.
   c = small_model(true);
   c.max_rewind_len = 2;
   auto m = std::move(KvCacheManager::create(c, BackendOptions{BackendKind::kHost})).value();
-  auto a = std::move(m->create_kv_cache({{}, tokens, 1, {}, {}})).value();
+  auto a = std::move(m->create_kv_cache({{}, tokens, 1, {}, {}, {}})).value();
   ASSERT_OK(a->resume({}));
   ASSERT_OK(a->resize(40, 0));
   const CacheGroupId window = *m->plan().buffer_group_id(1, "key");
@@ -305,7 +305,7 @@ TEST(Scratch, BadSettingsAndCallsAreNamed) {
   EXPECT_EQ(rewind.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(rewind.message().find("rewinds past 38"), std::string::npos) << rewind.message();
   ASSERT_OK(a->resize(40, 38));
-  auto b = std::move(m->create_kv_cache({{}, tokens, 1, {}, false})).value();
+  auto b = std::move(m->create_kv_cache({{}, tokens, 1, {}, false, {}})).value();
   ASSERT_OK(b->resume({}));
   ASSERT_OK(b->resize(40, 0));
   EXPECT_EQ(b->scratch(window)->num_blocks, 0u);

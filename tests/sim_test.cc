@@ -337,6 +337,32 @@ TEST(Sim, BadSettingsAreRefusedBeforeAnyWork) {
   EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
 }
 
+// Issue 36: numbers in flags were read with std::stoull, which takes a sign and stops at the
+// first non-digit: periodic:-5 ran with an interval of 2^64 - 5 (snapshots off, exit 0).
+TEST(Sim, NumbersInFlagsAreDigitsOnly) {
+  for (const char* item :
+       {"periodic:-5", "aligned-end:-1", "start:-1", "from-end:-3", "periodic:5x",
+        "periodic:", "start:+4", "periodic:99999999999999999999"}) {
+    SCOPED_TRACE(item);
+    expect_sim_refuses(std::string("--snapshot-policy ") + item,
+                       std::string("--snapshot-policy: '") + item + "'");
+  }
+  expect_sim_refuses("--snapshot-policy periodic:0", "snapshots.periodic_interval 0 must be > 0");
+  expect_sim_refuses("--snapshot-policy aligned-end:0", "snapshots.aligned_end 0 must be > 0");
+  for (const char* spec :
+       {"synthetic:5x", "synthetic:5:-1", "synthetic:-5", "synthetic:", "synthetic:5:"}) {
+    SCOPED_TRACE(spec);
+    const CliRun r = run_cli("sim --model " + kModel + " --trace " + spec + " --quiet");
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.err.find(std::string("--trace ") + spec + ": '"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("is not a count"), std::string::npos) << r.err;
+  }
+  // A PiB is a unit, not a parse error; an unknown unit is named as such.
+  expect_sim_refuses("--gpu-quota 1PiB --host-quota 1XB", "--host-quota: '1XB': unknown unit 'XB'");
+  const CliRun pib = run_cli("plan --model " + kModel + " --gpu-quota 0.25PiB --tp 8");
+  EXPECT_EQ(pib.exit_code, 0) << pib.err;
+}
+
 // "none" turns the host and disk tiers off, as the help says; the GPU tier cannot be.
 TEST(Sim, NoneTurnsAColderTierOff) {
   const CliRun r =
@@ -345,7 +371,7 @@ TEST(Sim, NoneTurnsAColderTierOff) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("GPU tier"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("HOST tier"), std::string::npos) << r.out;
-  expect_sim_refuses("--gpu-quota none", "--gpu-quota: cannot parse 'none'");
+  expect_sim_refuses("--gpu-quota none", "--gpu-quota: 'none' does not start with a number");
 }
 
 // hash_ids must match input_length (one id per 512-token block); a mismatch names the line.

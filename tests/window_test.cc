@@ -60,7 +60,7 @@ TEST(Window, MatchNeedsPagesOnlyForTheWMinusOneTokensBeforeItsEnd) {
   c.tiers[0].quota_bytes = 256ull << 20;
   auto m = std::move(KvCacheManager::create(c, {BackendKind::kNone})).value();
   const std::vector<int32_t> prompt = tokens_from(1, 200);
-  auto a = std::move(m->create_kv_cache({{}, prompt, 1, {}, {}})).value();
+  auto a = std::move(m->create_kv_cache({{}, prompt, 1, {}, {}, {}})).value();
   ASSERT_OK(a->resume({}));
   ASSERT_OK(a->resize(200, 0));
   ASSERT_OK(a->resize(200, 200));
@@ -95,7 +95,7 @@ void expect_system_prompt_reused(const std::string& file, uint64_t system, uint6
     std::vector<int32_t> prompt = shared;
     const std::vector<int32_t> own = tokens_from(100 + r, kQuestion);
     prompt.insert(prompt.end(), own.begin(), own.end());
-    auto cache = std::move(m->create_kv_cache({{}, prompt, 1, {}, {}})).value();
+    auto cache = std::move(m->create_kv_cache({{}, prompt, 1, {}, {}, {}})).value();
     const uint64_t reused = cache->reuse_match().reused_tokens;
     EXPECT_EQ(reused, r == 0 ? 0 : system / kTpb * kTpb) << "request " << r;
     ASSERT_OK(cache->resume({}));
@@ -134,7 +134,7 @@ TEST(Window, PagesLeavingTheWindowAreHeldUntilTheirCommit) {
   c.tiers[0].quota_bytes = 256ull << 20;
   auto m = std::move(KvCacheManager::create(c, {BackendKind::kNone})).value();
   const std::vector<int32_t> prompt = tokens_from(3, 320);
-  auto a = std::move(m->create_kv_cache({{}, prompt, 1, {}, {}})).value();
+  auto a = std::move(m->create_kv_cache({{}, prompt, 1, {}, {}, {}})).value();
   ASSERT_OK(a->resume({}));
   ASSERT_OK(a->resize(320, 0));
   const uint64_t free_before = m->storage_stats().tiers[0].pool_groups[0].free_slots;
@@ -155,7 +155,7 @@ TEST(Window, PagesLeavingTheWindowAreHeldUntilTheirCommit) {
   // With commit_min_snapshot, pages leaving the window are freed at once instead.
   c.commit_min_snapshot = true;
   auto m2 = std::move(KvCacheManager::create(c, {BackendKind::kNone})).value();
-  auto b = std::move(m2->create_kv_cache({{}, prompt, 1, {}, {}})).value();
+  auto b = std::move(m2->create_kv_cache({{}, prompt, 1, {}, {}, {}})).value();
   ASSERT_OK(b->resume({}));
   ASSERT_OK(b->resize(320, 0));
   const uint64_t free2 = m2->storage_stats().tiers[0].pool_groups[0].free_slots;

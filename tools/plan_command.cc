@@ -23,10 +23,9 @@ int fail(const std::string& message) {
 
 bool parse_quota(const std::string& flag, const std::string& text, uint64_t* out,
                  std::string* error) {
-  const std::optional<uint64_t> v = parse_bytes(text);
+  const Result<uint64_t> v = parse_byte_count(text);
   if (!v) {
-    *error = flag + ": cannot parse '" + text +
-             "' (expected a number with an optional unit: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)";
+    *error = flag + ": " + v.status().message();
     return false;
   }
   *out = *v;

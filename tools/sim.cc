@@ -25,6 +25,13 @@ int fail(const std::string& message) {
 
 namespace {
 
+// The number after "name:" in a policy item.
+Result<uint64_t> policy_number(const std::string& item, size_t colon) {
+  Result<uint64_t> v = parse_count(std::string_view(item).substr(colon + 1));
+  if (!v) return Status::invalid("--snapshot-policy: '" + item + "': " + v.status().message());
+  return v;
+}
+
 Result<SnapshotPolicy> parse_policy(const std::string& text) {
   SnapshotPolicy p;  // the end of the prompt is always a snapshot point, unless "no-end"
   size_t start = 0;
@@ -32,20 +39,16 @@ Result<SnapshotPolicy> parse_policy(const std::string& text) {
     const size_t comma = text.find(',', start);
     const std::string item =
         text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (item.rfind("periodic:", 0) == 0) {
-      try {
-        p.periodic_interval = std::stoull(item.substr(9));
-      } catch (...) {
-        return Status::invalid("--snapshot-policy: bad interval in '" + item + "'");
-      }
-      if (*p.periodic_interval == 0) return Status::invalid("--snapshot-policy: interval 0");
-    } else if (item.rfind("aligned-end:", 0) == 0) {
-      try {
-        p.aligned_end = std::stoull(item.substr(12));
-      } catch (...) {
-        return Status::invalid("--snapshot-policy: bad grain in '" + item + "'");
-      }
-      if (*p.aligned_end == 0) return Status::invalid("--snapshot-policy: aligned-end grain 0");
+    const size_t colon = item.find(':');
+    const std::string name = item.substr(0, colon);
+    if (colon != std::string::npos &&
+        (name == "periodic" || name == "aligned-end" || name == "start" || name == "from-end")) {
+      Result<uint64_t> v = policy_number(item, colon);
+      if (!v) return v.status();
+      if (name == "periodic") p.periodic_interval = *v;
+      if (name == "aligned-end") p.aligned_end = *v;
+      if (name == "start") p.offsets_from_start.push_back(*v);
+      if (name == "from-end") p.offsets_from_end.push_back(*v);
     } else if (item == "branch") {
       p.branch_point = true;
     } else if (item == "demand") {
@@ -56,13 +59,6 @@ Result<SnapshotPolicy> parse_policy(const std::string& text) {
       p.final_prompt_boundary = false;
     } else if (item == "answer") {
       p.answer_end = true;
-    } else if (item.rfind("start:", 0) == 0 || item.rfind("from-end:", 0) == 0) {
-      try {
-        const uint64_t v = std::stoull(item.substr(item.find(':') + 1));
-        (item[0] == 's' ? p.offsets_from_start : p.offsets_from_end).push_back(v);
-      } catch (...) {
-        return Status::invalid("--snapshot-policy: bad offset in '" + item + "'");
-      }
     } else {
       return Status::invalid(
           "--snapshot-policy: '" + item +
@@ -112,8 +108,8 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
         {"--host-quota", o.host_quota, TierKind::kHost},
         {"--disk-quota", o.disk_quota, TierKind::kDisk}}) {
     if (text.empty() || (kind != TierKind::kGpu && text == "none")) continue;
-    const std::optional<uint64_t> q = parse_bytes(text);
-    if (!q) return Status::invalid(std::string(flag) + ": cannot parse '" + text + "'");
+    const Result<uint64_t> q = parse_byte_count(text);
+    if (!q) return Status::invalid(std::string(flag) + ": " + q.status().message());
     serving.tiers.push_back({kind, *q, kind == TierKind::kDisk ? o.disk_path : ""});
   }
   if (o.max_batch == 0) return Status::invalid("--max-batch: 0 must be > 0");

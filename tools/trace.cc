@@ -1,6 +1,7 @@
 #include "trace.h"
 
 #include "hybridkv/testing/mix.h"
+#include "hybridkv/units.h"
 
 #include <algorithm>
 #include <fstream>
@@ -108,13 +109,18 @@ Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, u
 Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec, uint64_t limit) {
   // synthetic:N[:seed]
   const size_t a = spec.find(':'), b = spec.find(':', a + 1);
-  uint64_t n = 0, seed = 1;
-  try {
-    n = std::stoull(spec.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1));
-    if (b != std::string::npos) seed = std::stoull(spec.substr(b + 1));
-  } catch (...) {
-    return Status::invalid("--trace " + spec + ": expected synthetic:N or synthetic:N:SEED");
+  const Result<uint64_t> count =
+      parse_count(spec.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1));
+  const Result<uint64_t> seed_value =
+      b == std::string::npos ? Result<uint64_t>(uint64_t{1}) : parse_count(spec.substr(b + 1));
+  for (const Result<uint64_t>* r : {&count, &seed_value}) {
+    if (!*r) {
+      return Status::invalid("--trace " + spec + ": " + r->status().message() +
+                             " (expected synthetic:N or synthetic:N:SEED)");
+    }
   }
+  uint64_t n = *count;
+  const uint64_t seed = *seed_value;
   if (n == 0 || n > 1'000'000)
     return Status::invalid("--trace " + spec + ": N must be in [1, 1000000]");
   if (limit > 0) n = std::min(n, limit);

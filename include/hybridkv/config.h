@@ -156,7 +156,8 @@ struct ManagerConfig {
 // 32 decoding requests of 2048 tokens each.
 BatchShape default_typical_step();
 
-// Every problem with `config`, one message each, naming the field and the value. Empty = valid.
+// Every problem with `config`, one message each, naming the field and the value: the first 20,
+// then one message counting the rest. Empty = valid.
 std::vector<std::string> config_errors(const ManagerConfig& config);
 // OK, or kInvalidArgument with every problem of config_errors joined by "; ".
 Status validate_config(const ManagerConfig& config);

@@ -128,6 +128,10 @@ class HybridCacheManager {
   Status resume(uint64_t request_id);
   Status suspend(uint64_t request_id);
   Status resize(uint64_t request_id, uint64_t capacity, uint64_t history);
+  // One decode step's growth: every request grows by one token (resize to history + 1,
+  // history unchanged) as one operation: a request listed twice, unknown or not ACTIVE, or too
+  // little room for all of them, and nothing changed (KvCacheManager::resize_all).
+  Status decode_step(std::span<const uint64_t> request_ids);
   // The request comes back as a context request: its state is dropped (a new cache, matched
   // against the tree again) and its replay state starts from reset.
   Status reprefill(uint64_t request_id);
@@ -160,7 +164,7 @@ class HybridCacheManager {
     std::vector<StepEntry> entries;      // requests, then dummies
     std::vector<int32_t> replay_resets;  // replay indices whose replay state must be reset
   };
-  // Requires: every request ACTIVE; num_dummies <= dummy_slots.
+  // Requires: every request ACTIVE and listed once; num_dummies <= dummy_slots.
   Result<Step> prepare_step(std::span<const uint64_t> request_ids, uint32_t num_dummies);
 
   // Zeroes the replay buffers of the step's replay_resets (one batched kernel on `stream` with
@@ -177,6 +181,8 @@ class HybridCacheManager {
   struct Requests;  // requests by id
   HybridCacheManager() = default;
   Status lookup(uint64_t request_id, Request** out);
+  // Each id once, known and ACTIVE; errors name `op` and the request.
+  Status check_step_ids(const char* op, std::span<const uint64_t> request_ids);
   uint64_t next_policy_point(const Request& request, uint64_t after) const;
 
   ServingConfig serving_;

@@ -35,6 +35,15 @@ struct CacheOptions {
   std::vector<MultimodalItem> multimodal;  // items whose digests enter the block keys
   // SWA scratch for this request (unset: ManagerConfig::swa_scratch_reuse); true requires it.
   std::optional<bool> swa_scratch;
+  // Names the cache in error messages ("request 20"); empty: "cache <internal id>".
+  std::string label;
+};
+
+// One cache's new size in KvCacheManager::resize_all (KvCache::resize's arguments).
+struct CacheResize {
+  KvCache* cache = nullptr;
+  uint64_t capacity = 0;
+  uint64_t history = 0;
 };
 
 class KvCacheManager {
@@ -53,6 +62,10 @@ class KvCacheManager {
   // several threads at once (it takes the manager's lock shared).
   ReuseMatch probe_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
                          std::span<const MultimodalItem> multimodal = {}) const;
+  // Several resizes as one operation (a decode step's batch): every cache's resize is checked
+  // and the room for all of them counted before anything changes; on any error (a cache listed
+  // twice, one not ACTIVE or of another manager, no room) nothing changed.
+  [[nodiscard]] Status resize_all(std::span<const CacheResize> resizes);
   // Unlinks every page from the prefix tree (pages held by caches stay with them).
   void clear_reusable_blocks();
   // Tree events since the previous call (ManagerConfig::record_events).
@@ -79,8 +92,7 @@ class KvCacheManager {
   // ones, and moves the pages left above the new end into free slots (ACTIVE caches' tables
   // follow; wait for their ready_event()). Refused, changing nothing: below the GPU floors
   // (kInvalidArgument), beyond the slots reserved for max_quota_bytes (kRefused), LOCKED pages
-  // alone exceeding a pool group's new slots (kFailedPrecondition), HELD pages with nowhere to
-  // go (kOutOfPages). plan() keeps describing the quotas the manager was built with.
+  // alone exceeding a pool group's new slots or HELD pages with nowhere to go (kOutOfPages). plan() keeps describing the quotas the manager was built with.
   [[nodiscard]] Status set_quota(TierKind tier, uint64_t quota_bytes);
   // --- one budget (ManagerConfig::pool_rebalance) ---
   // Whether a rebalancing step would move slots between pool groups now: a pool group whose

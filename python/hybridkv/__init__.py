@@ -17,6 +17,7 @@ message is the library's.
 """
 
 import json as _json
+import os as _os
 
 from ._hybridkv import (  # noqa: F401  (the public names)
     AttentionLayerConfig,
@@ -47,9 +48,11 @@ from ._hybridkv import run_cli as _run_cli
 
 
 def _finite(value):
-    """JSON-safe: non-finite floats (HF writes ``Infinity`` for e.g. ``time_step_limit``) -> None."""
+    """JSON-safe: a non-finite float becomes the string JSON would need for it ("NaN",
+    "Infinity", "-Infinity"), so a field the reader needs is refused naming it and the value,
+    and one it never reads (HF writes ``Infinity`` for e.g. ``time_step_limit``) stays unread."""
     if isinstance(value, float) and (value != value or abs(value) == float("inf")):
-        return None
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -71,6 +74,10 @@ def read_model_config(source, tp=1, kv_dtype=None, ssm_dtype=None, conv_dtype=No
         source = text.to_dict()
     if isinstance(source, dict):
         source = _finite(source)
+    elif not isinstance(source, (str, _os.PathLike)):
+        raise TypeError("read_model_config: source: expected a config.json path (str or "
+                        "os.PathLike), its dict or a transformers config, got "
+                        f"{type(source).__name__} {source!r:.60}")
     return _read_model_config(source, tp, kv_dtype, ssm_dtype, conv_dtype)
 
 

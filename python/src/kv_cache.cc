@@ -7,6 +7,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include "arrays.h"
 #include "bindings.h"
 #include "hybridkv/manager.h"
 #include "manager_calls.h"
@@ -75,13 +76,12 @@ std::vector<int32_t> table_copy(const KvCache& c, uint32_t group, uint32_t beam)
   return {t.begin(), t.end()};
 }
 
-using IndexBuffer = nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
 // The cache writes its block table into the engine's array on every change (zero copy for the
 // engine); the array is kept alive by the cache object (keep_alive) until detached or closed.
-void set_index_buffer(KvCache& c, uint32_t group, uint32_t beam, std::optional<IndexBuffer> buf) {
+// Only the caller's own int32 memory is taken: a converted temporary would be written instead.
+void set_index_buffer(KvCache& c, uint32_t group, uint32_t beam, nb::handle buf) {
   std::span<int32_t> span;
-  if (buf) span = std::span<int32_t>(buf->data(), buf->shape(0));
+  if (!buf.is_none()) span = writable_int32(buf, "set_index_buffer: buffer");
   nb::gil_scoped_release release;
   raise_if_error(c.set_index_buffer(CacheGroupId(group), beam, span));
 }

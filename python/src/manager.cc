@@ -9,6 +9,7 @@
 
 #include <mutex>
 
+#include "arrays.h"
 #include "bindings.h"
 #include "hybridkv/hybrid.h"
 #include "manager_calls.h"
@@ -19,7 +20,6 @@ using namespace nb::literals;
 namespace hybridkv::python {
 namespace {
 
-using Ids = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using IndexArray = nb::ndarray<nb::numpy, int32_t>;
 
 // The Python object behind hybridkv.HybridCacheManager.
@@ -55,29 +55,20 @@ class Manager {
 
   HybridCacheManager& h() { return *h_; }
 
-  // Grows every request of `ids` by one token (resize to history + 1) and writes the step's
-  // indices into the manager's buffers: state and replay index per request, and for `group`
-  // the block table of each request (row r, -1 past its blocks). One call per step; the arrays
-  // returned by step_arrays() see the new values.
-  void decode_step(const Ids& ids, std::optional<uint32_t> group) {
-    const size_t n = ids.shape(0);
+  // Grows every request of `ids` by one token (resize to history + 1) as one operation and
+  // returns the step's arrays: state and replay index per request, and for `group` the block
+  // table of each request (row r, -1 past its blocks). The arrays own their memory: a later
+  // step never changes or frees them.
+  nb::tuple decode_step(const std::vector<uint64_t>& ids, std::optional<uint32_t> group) {
+    StepArrays out;
     raise_if_error(locked([&](HybridCacheManager& h) -> Status {
-      for (size_t i = 0; i < n; ++i) {
-        KvCache* c = h.cache(ids(i));
-        if (c == nullptr)
-          return Status::not_found("decode_step: no request " + std::to_string(ids(i)));
-        if (Status s = h.resize(ids(i), c->history() + 1, c->history()); !s) return s;
-      }
-      return fill_step(h, ids.data(), n, group);
+      if (Status s = check_group(h, group); !s) return s;
+      if (Status s = h.decode_step(ids); !s) return s;
+      return fill_step(h, ids, group, out);
     }));
-  }
-
-  nb::tuple step_arrays(nb::handle self) {
-    const size_t n = step_requests_;
-    auto state = IndexArray(state_.data(), {n}, self);
-    auto replay = IndexArray(replay_.data(), {n}, self);
-    auto tables = IndexArray(tables_.data(), {n, table_width_}, self);
-    return nb::make_tuple(state, replay, tables);
+    return nb::make_tuple(owned(std::move(out.state), {out.state_size}),
+                          owned(std::move(out.replay), {out.state_size}),
+                          owned(std::move(out.tables), {out.state_size, out.width}));
   }
 
   // Replay indices whose replay state the engine must reset before the last decode_step.
@@ -90,35 +81,57 @@ class Manager {
   }
 
  private:
-  Status fill_step(HybridCacheManager& h, const uint64_t* ids, size_t n,
-                   std::optional<uint32_t> group) {
-    Result<HybridCacheManager::Step> step = h.prepare_step(std::span(ids, n), 0);
+  struct StepArrays {
+    std::vector<int32_t> state, replay, tables;
+    size_t state_size = 0, width = 0;
+  };
+
+  // A numpy array that owns `values` (freed with the array, never before).
+  static IndexArray owned(std::vector<int32_t>&& values, std::initializer_list<size_t> shape) {
+    auto* heap = new std::vector<int32_t>(std::move(values));
+    nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<int32_t>*>(p); });
+    return IndexArray(heap->data(), shape.size(), shape.begin(), owner);
+  }
+
+  // `group` must have block tables: checked before the step changes anything.
+  static Status check_group(HybridCacheManager& h, std::optional<uint32_t> group) {
+    if (!group) return Status::ok();
+    const size_t groups = h.plan().cache_groups().size();
+    if (*group >= groups) {
+      return Status::not_found("decode_step: group " + std::to_string(*group) +
+                               " is not a cache group (the plan has " + std::to_string(groups) +
+                               ")");
+    }
+    if (h.plan().cache_group(CacheGroupId(*group)).kind == GroupKind::kSsm) {
+      return Status::invalid("decode_step: group " + std::to_string(*group) +
+                             " is an SSM group: it has no block table (state indices are "
+                             "returned for it)");
+    }
+    return Status::ok();
+  }
+
+  Status fill_step(HybridCacheManager& h, const std::vector<uint64_t>& ids,
+                   std::optional<uint32_t> group, StepArrays& out) {
+    const size_t n = ids.size();
+    Result<HybridCacheManager::Step> step = h.prepare_step(ids, 0);
     if (!step) return step.status();
-    size_t width = 0;
+    std::vector<std::span<const int32_t>> rows(n);
     if (group) {
       for (size_t i = 0; i < n; ++i) {
-        Result<std::span<const int32_t>> t = h.cache(ids[i])->block_table(CacheGroupId(*group));
-        if (!t) return t.status();
-        width = std::max(width, t->size());
+        rows[i] = *h.cache(ids[i])->block_table(CacheGroupId(*group));
+        out.width = std::max(out.width, rows[i].size());
       }
     }
-    // Buffers only grow, so views taken earlier stay valid (they see the new step).
-    if (state_.size() < n) {
-      state_.resize(std::max(n, 2 * state_.size()));
-      replay_.resize(state_.size());
-    }
-    if (tables_.size() < n * width) tables_.resize(std::max(n * width, 2 * tables_.size()));
+    out.state_size = n;
+    out.state.resize(n);
+    out.replay.resize(n);
+    out.tables.assign(n * out.width, kBadPageIndex);
     for (size_t i = 0; i < n; ++i) {
-      state_[i] = step->entries[i].state_index;
-      replay_[i] = step->entries[i].replay_index;
-      if (!group) continue;
-      const std::span<const int32_t> t = *h.cache(ids[i])->block_table(CacheGroupId(*group));
-      std::copy(t.begin(), t.end(), tables_.begin() + static_cast<int64_t>(i * width));
-      std::fill(tables_.begin() + static_cast<int64_t>(i * width + t.size()),
-                tables_.begin() + static_cast<int64_t>((i + 1) * width), kBadPageIndex);
+      out.state[i] = step->entries[i].state_index;
+      out.replay[i] = step->entries[i].replay_index;
+      std::copy(rows[i].begin(), rows[i].end(),
+                out.tables.begin() + static_cast<int64_t>(i * out.width));
     }
-    step_requests_ = n;
-    table_width_ = width;
     resets_ = step->replay_resets;
     return Status::ok();
   }
@@ -126,9 +139,7 @@ class Manager {
   std::unique_ptr<HybridCacheManager> h_;
   int device_ = 0;
   std::mutex mu_;
-  std::vector<int32_t> state_, replay_, tables_, resets_;
-  size_t step_requests_ = 0;
-  size_t table_width_ = 0;
+  std::vector<int32_t> resets_;
 };
 
 std::vector<int32_t> copy_table(Manager& m, uint64_t id, uint32_t group, uint32_t beam) {
@@ -343,15 +354,16 @@ void bind_steps(nb::class_<Manager>& cls) {
           "A copy of the request's block table for a cache group (per-step handoff: decode_step).")
       .def(
           "decode_step",
-          [](nb::handle self, const Ids& ids, std::optional<uint32_t> group) {
-            Manager& m = nb::cast<Manager&>(self);
-            m.decode_step(ids, group);
-            return m.step_arrays(self);
+          [](Manager& m, nb::handle ids, std::optional<uint32_t> group) {
+            return m.decode_step(request_ids(ids, "decode_step: request_ids"), group);
           },
           "request_ids"_a, "group"_a = nb::none(),
-          "One decode step for a batch: every request grows by one token; returns numpy views "
-          "(state indices, replay indices, block tables of `group` [requests, blocks]) over "
-          "buffers the manager owns and rewrites at the next call.")
+          "One decode step for a batch, all or nothing: every request grows by one token. "
+          "request_ids: a 1-D uint64 array or a list of ints, each request once and ACTIVE "
+          "(else an error naming the request, and nothing changed). Returns numpy arrays of "
+          "this step (state indices, replay indices, block tables of `group` [requests, "
+          "blocks], -1 past a request's blocks) that own their memory: later steps leave them "
+          "as they are.")
       .def("pool_view", &pool_view, "tier"_a, "pool_group"_a, "pool"_a = 0,
            "A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.")
       .def_prop_ro("state_group",
@@ -394,8 +406,15 @@ void bind_diagnostics(nb::class_<Manager>& cls) {
       .def(
           "scan_non_finite",
           [](Manager& m, std::optional<uint64_t> request_id) {
-            const std::vector<NonFiniteReport> reports =
-                m.locked([&](HybridCacheManager& h) { return h.scan_non_finite(request_id); });
+            std::vector<NonFiniteReport> reports;
+            m.call([&](HybridCacheManager& h) {
+              if (request_id && h.cache(*request_id) == nullptr) {
+                return Status::not_found("scan_non_finite: request " + std::to_string(*request_id) +
+                                         " is unknown");
+              }
+              reports = h.scan_non_finite(request_id);
+              return Status::ok();
+            });
             nb::list out;
             for (const NonFiniteReport& r : reports) {
               nb::dict d;

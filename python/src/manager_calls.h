@@ -72,8 +72,9 @@ void bind_manager_calls(nanobind::class_<Cls>& cls, Get get) {
             raise_if_error(get(self).set_quota(tier, bytes));
           },
           "tier"_a, "quota_bytes"_a, Release(),
-          "Grows or shrinks a tier while caches live (OutOfPagesError / RefusedError: nothing "
-          "changed).")
+          "Grows or shrinks a tier while caches live. Refused, changing nothing: ValueError "
+          "below the GPU floors, RefusedError beyond the tier's max_quota_bytes, "
+          "OutOfPagesError when the pages in use do not fit.")
       .def(
           "copy_error", [get](Cls& self) { return copy_error(get(self)); }, Release(),
           "None, or the first copy that failed (a DISK tier write or read) and which slot.")

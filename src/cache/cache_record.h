@@ -46,6 +46,7 @@ struct GroupState {
 
 struct CacheRecord {
   bool in_use = false;
+  std::string label;  // names the cache in errors (CacheOptions::label, else "cache <id>")
   CacheState state = CacheState::kSuspended;
   uint64_t capacity = 0;
   uint64_t history = 0;

@@ -116,6 +116,19 @@ ReuseMatch KvCacheManager::probe_reuse(const ReuseScope& scope, std::span<const 
   return core_->probe(*hasher, scope, tokens, multimodal);
 }
 
+Status KvCacheManager::resize_all(std::span<const CacheResize> resizes) {
+  std::vector<ManagerCore::ResizeCall> calls;
+  calls.reserve(resizes.size());
+  for (size_t i = 0; i < resizes.size(); ++i) {
+    const KvCache* c = resizes[i].cache;
+    if (c == nullptr || c->core_ != core_) {
+      return Status::invalid("resize_all: resizes[" + std::to_string(i) +
+                             "]: " + (c == nullptr ? "no cache" : "a cache of another manager"));
+    }
+    calls.push_back({c->id_, resizes[i].capacity, resizes[i].history});
+  }
+  return core_->resize_all(calls);
+}
 void KvCacheManager::clear_reusable_blocks() { core_->clear_reusable_blocks(); }
 std::vector<CacheEvent> KvCacheManager::take_events() { return core_->take_events(); }
 ReuseStats KvCacheManager::reuse_stats() const { return core_->reuse_stats(); }

@@ -24,8 +24,8 @@ ManagerCore::ManagerCore(StoragePlan p, std::unique_ptr<memory::MemoryBackend> b
 Status ManagerCore::expect_state(uint32_t id, CacheState want, const char* op) const {
   const CacheRecord& rec = caches_[id];
   if (rec.state == want) return Status::ok();
-  return Status(StatusCode::kFailedPrecondition, label(id) + ": " + op + " needs a " +
-                                                     cache_state_name(want) + " cache, it is " +
+  return Status(StatusCode::kFailedPrecondition, label(id) + ": " + op + " needs state " +
+                                                     cache_state_name(want) + ", it is " +
                                                      cache_state_name(rec.state));
 }
 
@@ -66,24 +66,56 @@ bool ManagerCore::block_needed(const CacheGroup& group, uint64_t block, uint64_t
   return block < blocks_for(capacity, tpb) && group.block_live(block, history, tpb);
 }
 
+namespace {
+
+// Pages of blocks [r.begin, r.end) that no row holds yet: one per block below the cache's
+// shared blocks, one per beam above.
+uint64_t fresh_pages(const CacheRecord& rec, BlockRange r) {
+  if (r.size() == 0) return 0;
+  const uint64_t shared = std::min(r.end, std::max(r.begin, rec.shared_blocks)) - r.begin;
+  return shared + (r.size() - shared) * rec.beam_width;
+}
+
+BlockRange intersect(BlockRange a, BlockRange b) {
+  return {std::max(a.begin, b.begin), std::min(a.end, b.end)};
+}
+
+}  // namespace
+
 std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint64_t capacity,
                                                     uint64_t history, uint64_t from_block,
                                                     const std::vector<BlockRange>& skip) const {
   std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
-  const uint64_t blocks = blocks_for(capacity, plan_.config().tokens_per_block);
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  const uint64_t blocks = blocks_for(capacity, tpb);
   for (const CacheGroup& g : plan_.cache_groups()) {
     const GroupState& gs = rec.groups[g.id.value];
     if (g.kind == GroupKind::kSsm) {
       need[g.pool_group.value] += std::count(gs.pages.begin(), gs.pages.end(), kNoPage);
       continue;
     }
+    // Blocks the rows already cover: page by page.
     const uint64_t have = gs.pages.size() / rec.beam_width;
-    for (uint64_t b = from_block; b < blocks; ++b) {
+    for (uint64_t b = from_block; b < std::min(blocks, have); ++b) {
       if (!block_needed(g, b, capacity, history)) continue;
       if (!skip.empty() && skip[g.id.value].contains(b)) continue;
       for (uint32_t k = 0; k < rec.beams_at(b); ++k) {
-        if (b >= have || gs.pages[b * rec.beam_width + k] == kNoPage) ++need[g.pool_group.value];
+        if (gs.pages[b * rec.beam_width + k] == kNoPage) ++need[g.pool_group.value];
       }
+    }
+    // Blocks past the rows need every page: counted by ranges (a capacity of millions of
+    // blocks costs nothing to refuse). Live: the sink blocks and everything from the window's
+    // first live block on.
+    const BlockRange past{std::max(from_block, have), blocks};
+    const BlockRange none{};
+    const BlockRange cut = skip.empty() ? none : skip[g.id.value];
+    std::vector<BlockRange> live = {past};
+    if (g.window) {
+      const uint64_t first = std::max<uint64_t>(g.first_live_block(history, tpb), g.sink_blocks);
+      live = {intersect(past, {0, g.sink_blocks}), intersect(past, {first, blocks})};
+    }
+    for (const BlockRange& r : live) {
+      need[g.pool_group.value] += fresh_pages(rec, r) - fresh_pages(rec, intersect(r, cut));
     }
   }
   return need;
@@ -203,6 +235,24 @@ void ManagerCore::set_table_entries(CacheRecord& rec, const CacheGroup& g, uint6
   }
 }
 
+// Each beam holds its own page of every cache group (past the prompt; its own state): more
+// beams than a GPU pool group could ever hold can never run, and are refused before any row
+// is sized for them.
+Status ManagerCore::check_beam_width(uint32_t beam_width) const {
+  const TierPlan& gpu = plan_.tiers().front();
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    const uint64_t most = gpu.reserved_slots[g.pool_group.value];
+    if (beam_width > most && plan_.pool_group(g.pool_group).slot_bytes > 0) {
+      return Status::invalid("beam_width " + std::to_string(beam_width) +
+                             ": each beam needs its own page of cache group " +
+                             std::to_string(g.id.value) + "; its GPU pool group " +
+                             std::to_string(g.pool_group.value) + " holds at most " +
+                             std::to_string(most));
+    }
+  }
+  return Status::ok();
+}
+
 Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
   std::unique_lock lock(mu_);
   const ManagerConfig& config = plan_.config();
@@ -217,6 +267,7 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
                                             std::to_string(*config.max_live_kv_caches) +
                                             " living caches already exist");
   }
+  if (Status s = check_beam_width(options.beam_width); !s) return s;
   if (options.beam_width > 1) {
     for (const PoolGroup& pg : plan_.pool_groups()) {
       if (pg.fixed_private) {
@@ -230,6 +281,7 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
   const uint32_t id = take_dense_id(caches_, free_ids_);
   CacheRecord& rec = caches_[id];
   rec.in_use = true;
+  rec.label = options.label;
   rec.state = CacheState::kSuspended;
   rec.beam_width = options.beam_width;
   rec.scratch_on = options.swa_scratch.value_or(config.swa_scratch_reuse);

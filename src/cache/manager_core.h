@@ -57,6 +57,13 @@ class ManagerCore {
   Status suspend(uint32_t id);
   Status prefetch(uint32_t id);
   Status resize(uint32_t id, uint64_t capacity, uint64_t history);
+  struct ResizeCall {
+    uint32_t id = 0;
+    uint64_t capacity = 0;
+    uint64_t history = 0;
+  };
+  // Several resizes as one operation: all succeed, or none changes anything.
+  Status resize_all(std::span<const ResizeCall> calls);
   // snapshot false: full blocks only (no partial tail, no SSM state).
   Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end, bool snapshot = true);
   Status stop_committing(uint32_t id);
@@ -106,7 +113,10 @@ class ManagerCore {
   // All private members: Requires mu_ held (exclusively where they change anything).
   Status expect_state(uint32_t id, CacheState want, const char* op) const;
   Status check_group(uint32_t id, CacheGroupId group, uint32_t beam) const;
-  std::string label(uint32_t id) const { return "cache " + std::to_string(id); }
+  Status check_beam_width(uint32_t beam_width) const;
+  std::string label(uint32_t id) const {
+    return caches_[id].label.empty() ? "cache " + std::to_string(id) : caches_[id].label;
+  }
   // Debug builds: aborts with the first broken invariant after a mutation (DESIGN §9).
   void after_mutation() const;
   std::string check_locked() const;
@@ -175,7 +185,20 @@ class ManagerCore {
   void release_scratch(CacheRecord& rec);
   Status check_scratch_history(uint32_t id, uint64_t history) const;
 
-  // resize.cc
+  // resize.cc: a resize is planned (every check and the pages it needs, nothing changed), its
+  // room checked, then applied.
+  struct ResizePlan {
+    uint32_t id = 0;
+    uint64_t capacity = 0;
+    uint64_t history = 0;
+    uint64_t have = 0;                // attention blocks the cache held
+    std::vector<BlockRange> scratch;  // per cache group
+    std::vector<uint64_t> need;       // fresh GPU pages per pool group
+  };
+  Status plan_resize(uint32_t id, uint64_t capacity, uint64_t history, ResizePlan& out) const;
+  // Requires: room for p.need checked.
+  void apply_resize(const ResizePlan& p);
+  Status check_capacity(uint32_t id, uint64_t capacity) const;
   Status check_index_buffers(uint32_t id, uint64_t capacity) const;
   void release_block(CacheRecord& rec, CacheGroupId group, uint64_t block);
   // Does block `block` of window group `g`, leaving the window now, stay HELD until a commit?

@@ -60,7 +60,7 @@ Status ManagerCore::check_slots(storage::TierIndex t, const std::vector<uint64_t
     if (n >= c.total) continue;
     const uint64_t locked = c.total - c.free - c.evictable;
     if (locked > n) {
-      return Status(StatusCode::kFailedPrecondition,
+      return Status(StatusCode::kOutOfPages,
                     where + ", but " + std::to_string(locked) + " of its pages are LOCKED");
     }
     const uint64_t room = storage_.max_room(t, pg.id);

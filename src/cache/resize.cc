@@ -1,6 +1,7 @@
 // resize: capacity grows or shrinks, history advances, window blocks that no step reads any
 // more are released. O(blocks added or released + groups): a decode step touches no old block.
 #include <algorithm>
+#include <unordered_map>
 
 #include "cache/manager_core.h"
 #include "util/blocks.h"
@@ -29,10 +30,39 @@ Status ManagerCore::check_index_buffers(uint32_t id, uint64_t capacity) const {
   return Status::ok();
 }
 
-Status ManagerCore::resize(uint32_t id, uint64_t capacity, uint64_t history) {
-  std::unique_lock lock(mu_);
+// The longest sequence a cache indexes: positions and slot indices reach kernels as int32.
+constexpr uint64_t kMaxCapacity = (1ull << 31) - 1;
+
+// A capacity no GPU could hold is refused before anything is counted: every block of a full
+// attention group is on the GPU while the cache is ACTIVE, so its pool group's reserved slots
+// (the most set_quota or rebalancing can ever give it) bound the blocks.
+Status ManagerCore::check_capacity(uint32_t id, uint64_t capacity) const {
+  if (capacity > kMaxCapacity) {
+    return Status::invalid(label(id) + ": resize: capacity " + std::to_string(capacity) +
+                           " is beyond the longest sequence a cache indexes (" +
+                           std::to_string(kMaxCapacity) + " tokens, int32 positions)");
+  }
+  const uint64_t blocks = blocks_for(capacity, plan_.config().tokens_per_block);
+  const TierPlan& gpu = plan_.tiers().front();
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (g.kind == GroupKind::kSsm || g.window) continue;
+    const uint64_t most = gpu.reserved_slots[g.pool_group.value];
+    if (blocks > most) {
+      return Status(StatusCode::kOutOfPages,
+                    label(id) + ": resize: capacity " + std::to_string(capacity) + " needs " +
+                        std::to_string(blocks) + " blocks of cache group " +
+                        std::to_string(g.id.value) + "; its GPU pool group " +
+                        std::to_string(g.pool_group.value) + " holds at most " +
+                        std::to_string(most) + " slots");
+    }
+  }
+  return Status::ok();
+}
+
+Status ManagerCore::plan_resize(uint32_t id, uint64_t capacity, uint64_t history,
+                                ResizePlan& out) const {
   if (Status s = expect_state(id, CacheState::kActive, "resize"); !s) return s;
-  CacheRecord& rec = caches_[id];
+  const CacheRecord& rec = caches_[id];
   if (history > capacity) {
     return Status::invalid(label(id) + ": resize: history " + std::to_string(history) +
                            " must be <= capacity " + std::to_string(capacity));
@@ -42,27 +72,65 @@ Status ManagerCore::resize(uint32_t id, uint64_t capacity, uint64_t history) {
                            " is below the current history " + std::to_string(rec.history) +
                            " (history only grows)");
   }
+  if (Status s = check_capacity(id, capacity); !s) return s;
   if (Status s = check_index_buffers(id, capacity); !s) return s;
   if (Status s = check_scratch_history(id, history); !s) return s;
   // Blocks below `have` already hold every page they will ever need (released blocks are never
   // needed again: history only grows), so a resize looks only at what changes.
-  const uint64_t have = rec.attention_blocks;
-  const std::vector<BlockRange> scratch = scratch_plan(rec, capacity, history, have);
-  std::vector<uint64_t> need = new_pages_needed(rec, capacity, history, have, scratch);
-  add_scratch_needs(rec, scratch, need);
-  if (Status s = check_room("resize", need); !s)
-    return Status(s.code(), label(id) + ": " + s.message());
-  make_room(need);
-  allocate_pages(rec, capacity, history, have, scratch);
-  set_scratch(rec, scratch);
-  const bool any_scratch =
-      std::any_of(scratch.begin(), scratch.end(), [](const BlockRange& r) { return r.size() > 0; });
+  out = ResizePlan{id, capacity, history, rec.attention_blocks, {}, {}};
+  out.scratch = scratch_plan(rec, capacity, history, out.have);
+  out.need = new_pages_needed(rec, capacity, history, out.have, out.scratch);
+  add_scratch_needs(rec, out.scratch, out.need);
+  return Status::ok();
+}
+
+void ManagerCore::apply_resize(const ResizePlan& p) {
+  CacheRecord& rec = caches_[p.id];
+  make_room(p.need);
+  allocate_pages(rec, p.capacity, p.history, p.have, p.scratch);
+  set_scratch(rec, p.scratch);
+  const bool any_scratch = std::any_of(p.scratch.begin(), p.scratch.end(),
+                                       [](const BlockRange& r) { return r.size() > 0; });
   const uint64_t rewind = static_cast<uint64_t>(plan_.config().max_rewind_len);
-  rec.scratch_boundary = !any_scratch ? 0 : (capacity > rewind ? capacity - rewind : 0);
-  release_stale_and_cut(rec, capacity, history);
+  rec.scratch_boundary = !any_scratch ? 0 : (p.capacity > rewind ? p.capacity - rewind : 0);
+  release_stale_and_cut(rec, p.capacity, p.history);
   rec.note_ready(storage_.flush());
-  rec.capacity = capacity;
-  rec.history = history;
+  rec.capacity = p.capacity;
+  rec.history = p.history;
+}
+
+Status ManagerCore::resize(uint32_t id, uint64_t capacity, uint64_t history) {
+  std::unique_lock lock(mu_);
+  ResizePlan p;
+  if (Status s = plan_resize(id, capacity, history, p); !s) return s;
+  if (Status s = check_room("resize", p.need); !s)
+    return Status(s.code(), label(id) + ": " + s.message());
+  apply_resize(p);
+  after_mutation();
+  return Status::ok();
+}
+
+// Every cache is checked and the room for all of them counted before any changes: pages one
+// resize allocates are LOCKED, never room for another, so the sum of the needs is what must fit.
+Status ManagerCore::resize_all(std::span<const ResizeCall> calls) {
+  std::unique_lock lock(mu_);
+  std::vector<ResizePlan> plans(calls.size());
+  std::vector<uint64_t> total(plan_.pool_groups().size(), 0);
+  std::unordered_map<uint32_t, size_t> seen;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const uint32_t id = calls[i].id;
+    if (auto [it, fresh] = seen.emplace(id, i); !fresh) {
+      return Status::invalid(label(id) + ": resize_all: appears at positions " +
+                             std::to_string(it->second) + " and " + std::to_string(i));
+    }
+    if (Status s = plan_resize(id, calls[i].capacity, calls[i].history, plans[i]); !s) return s;
+    for (size_t pg = 0; pg < total.size(); ++pg) total[pg] += plans[i].need[pg];
+  }
+  if (Status s = check_room("resize_all", total); !s) {
+    return Status(s.code(), s.message() + " (the " + std::to_string(calls.size()) +
+                                " caches together; nothing changed)");
+  }
+  for (const ResizePlan& p : plans) apply_resize(p);
   after_mutation();
   return Status::ok();
 }

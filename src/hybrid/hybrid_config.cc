@@ -22,6 +22,7 @@
 #include "hybridkv/hybrid.h"
 #include "hybridkv/units.h"
 #include "plan/plan_internal.h"
+#include "util/errors.h"
 
 namespace hybridkv {
 
@@ -88,6 +89,12 @@ Status check_serving(const ModelDescription& model, const ServingConfig& s) {
     errors.push_back("pp_size " + std::to_string(s.pp_size) + " exceeds the model's " +
                      std::to_string(model.num_model_layers) + " layers");
   }
+  if (s.snapshots.periodic_interval == uint64_t{0}) {
+    errors.push_back("snapshots.periodic_interval 0 must be > 0 or unset");
+  }
+  if (s.snapshots.aligned_end == uint64_t{0}) {
+    errors.push_back("snapshots.aligned_end 0 must be > 0 or unset");
+  }
   if (s.num_spec_tokens > 64) {
     errors.push_back("num_spec_tokens " + std::to_string(s.num_spec_tokens) + " exceeds 64");
   }
@@ -97,12 +104,7 @@ Status check_serving(const ModelDescription& model, const ServingConfig& s) {
     errors.push_back("replay_layout ring is only for GDN models; " + model.model_type +
                      " keeps replay state PRIVATE");
   }
-  if (!errors.empty()) {
-    std::string message;
-    for (const std::string& e : errors) message += (message.empty() ? "" : "; ") + e;
-    return Status::invalid(message);
-  }
-  return Status::ok();
+  return errors.empty() ? Status::ok() : Status::invalid(join_errors(errors));
 }
 
 // This rank's contiguous share of the base layers (with replay buffers where the family has

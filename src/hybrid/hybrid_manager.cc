@@ -101,6 +101,7 @@ Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> pro
   CacheOptions o;
   o.scope = scope;
   o.input_tokens.assign(prompt.begin(), prompt.end());
+  o.label = "request " + std::to_string(id);
   Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(o);
   if (!cache) return cache.status();
   Request r;
@@ -132,12 +133,44 @@ Status HybridCacheManager::resize(uint64_t id, uint64_t capacity, uint64_t histo
   return r->cache->resize(capacity, history);
 }
 
+Status HybridCacheManager::check_step_ids(const char* op, std::span<const uint64_t> ids) {
+  std::map<uint64_t, size_t> seen;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (auto [it, fresh] = seen.emplace(ids[i], i); !fresh) {
+      return Status::invalid(std::string(op) + ": request " + std::to_string(ids[i]) +
+                             " appears twice (positions " + std::to_string(it->second) + " and " +
+                             std::to_string(i) + "): one row per request");
+    }
+    Request* r;
+    if (Status s = lookup(ids[i], &r); !s)
+      return Status(s.code(), std::string(op) + ": " + s.message());
+    if (r->cache->state() != CacheState::kActive) {
+      return Status(StatusCode::kFailedPrecondition,
+                    std::string(op) + ": request " + std::to_string(ids[i]) + " is " +
+                        cache_state_name(r->cache->state()) + ", not ACTIVE");
+    }
+  }
+  return Status::ok();
+}
+
+Status HybridCacheManager::decode_step(std::span<const uint64_t> request_ids) {
+  if (Status s = check_step_ids("decode_step", request_ids); !s) return s;
+  std::vector<CacheResize> resizes;
+  resizes.reserve(request_ids.size());
+  for (uint64_t id : request_ids) {
+    KvCache* c = cache(id);
+    resizes.push_back({c, c->history() + 1, c->history()});
+  }
+  return manager_->resize_all(resizes);
+}
+
 Status HybridCacheManager::reprefill(uint64_t id) {
   Request* r;
   if (Status s = lookup(id, &r); !s) return s;
   CacheOptions o;
   o.scope = r->scope;
   o.input_tokens = r->prompt;
+  o.label = "request " + std::to_string(id);
   if (Status s = r->cache->close(); !s) return s;
   r->cache.reset();
   Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(o);
@@ -239,22 +272,16 @@ Result<HybridCacheManager::Step> HybridCacheManager::prepare_step(
     return Status::invalid("prepare_step: " + std::to_string(num_dummies) + " dummies but only " +
                            std::to_string(dummies_.size()) + " dummy_slots");
   }
+  if (Status s = check_step_ids("prepare_step", request_ids); !s) return s;
   Step step;
   auto indices = [&](const KvCache& cache, StepEntry& e) {
     if (state_group_) e.state_index = *cache.state_index(*state_group_);
     e.replay_index = replay_group_ ? *cache.state_index(*replay_group_) : e.state_index;
   };
   for (uint64_t id : request_ids) {
-    Request* r;
-    if (Status s = lookup(id, &r); !s) return s;
-    if (r->cache->state() != CacheState::kActive) {
-      return Status(StatusCode::kFailedPrecondition,
-                    "prepare_step: request " + std::to_string(id) + " is " +
-                        cache_state_name(r->cache->state()) + ", not ACTIVE");
-    }
     StepEntry e;
     e.request_id = id;
-    indices(*r->cache, e);
+    indices(*cache(id), e);
     step.entries.push_back(e);
   }
   // Only now that the whole step is valid are the reset marks consumed.

@@ -60,7 +60,9 @@ class HostBackend final : public MemoryBackend {
             return Status(StatusCode::kOutOfPages,
                           "host backend: cannot allocate " + format_bytes(bytes) + " of " + what +
                               " for pool group " + std::to_string(pg.id.value) +
-                              "; lower the quota or use --backend none");
+                              "; lower the quota, or use the none backend (metadata only: "
+                              "BackendKind::kNone, "
+                              "--backend none)");
           }
           regions_[key(tier.kind, pg.id, p)] = std::move(region);
           pools_per_group_[pg.id.value] = static_cast<uint32_t>(pg.pools.size());

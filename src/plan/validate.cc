@@ -8,6 +8,7 @@
 
 #include "hybridkv/config.h"
 #include "plan/plan_internal.h"
+#include "util/errors.h"
 
 namespace hybridkv {
 namespace {
@@ -16,18 +17,25 @@ constexpr uint32_t kMaxTokensPerBlock = 1u << 16;
 constexpr uint64_t kMaxPageBytes = 1ull << 40;  // 1 TiB per page is surely a unit mistake
 constexpr uint64_t kMaxTokens = 1ull << 40;
 
+// Keeps the first kListedErrors messages and counts the rest (a config of a million bad layers
+// costs a counter, not a million strings).
 class Errors {
  public:
   template <typename... Args>
   void add(const Args&... args) {
+    if (++count_ > kListedErrors) return;
     std::ostringstream os;
     (os << ... << args);
     list_.push_back(os.str());
   }
-  std::vector<std::string> take() { return std::move(list_); }
+  std::vector<std::string> take() {
+    if (count_ > kListedErrors) list_.push_back(more_errors(count_));
+    return std::move(list_);
+  }
 
  private:
   std::vector<std::string> list_;
+  size_t count_ = 0;
 };
 
 std::string layer_label(const char* list, size_t index, LayerId id) {
@@ -220,11 +228,8 @@ std::vector<std::string> config_errors(const ManagerConfig& c) {
 Status validate_config(const ManagerConfig& config) {
   const std::vector<std::string> errors = config_errors(config);
   if (errors.empty()) return Status::ok();
-  std::string message;
-  for (const std::string& e : errors) {
-    if (!message.empty()) message += "; ";
-    message += e;
-  }
+  std::string message;  // at most kListedErrors + 1 entries (Errors)
+  for (const std::string& e : errors) message += (message.empty() ? "" : "; ") + e;
   return Status::invalid(message);
 }
 

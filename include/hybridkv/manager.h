@@ -92,7 +92,8 @@ class KvCacheManager {
   // ones, and moves the pages left above the new end into free slots (ACTIVE caches' tables
   // follow; wait for their ready_event()). Refused, changing nothing: below the GPU floors
   // (kInvalidArgument), beyond the slots reserved for max_quota_bytes (kRefused), LOCKED pages
-  // alone exceeding a pool group's new slots or HELD pages with nowhere to go (kOutOfPages). plan() keeps describing the quotas the manager was built with.
+  // alone exceeding a pool group's new slots or HELD pages with nowhere to go (kOutOfPages).
+  // plan() keeps describing the quotas the manager was built with.
   [[nodiscard]] Status set_quota(TierKind tier, uint64_t quota_bytes);
   // --- one budget (ManagerConfig::pool_rebalance) ---
   // Whether a rebalancing step would move slots between pool groups now: a pool group whose

@@ -190,6 +190,26 @@ TEST(ConfigValidation, ReportsEveryErrorAtOnce) {
   EXPECT_NE(s.message().find("window 0"), std::string::npos);
 }
 
+// Issue 36: a config with 2^20 bad layers printed a 235 MB error line. The first 20
+// problems are listed, then one entry counts the rest.
+TEST(ConfigValidation, ManyProblemsMakeOneShortMessage) {
+  ManagerConfig c = example_config();
+  AttentionLayerConfig bad = c.attention_layers[0];
+  bad.buffers[0].bytes_per_page = 1ull << 50;  // a PiB per page
+  const size_t n = 1u << 17;
+  c.attention_layers.assign(n, bad);
+  for (size_t i = 0; i < n; ++i) c.attention_layers[i].id = static_cast<LayerId>(100 + i);
+  const std::vector<std::string> errors = config_errors(c);
+  ASSERT_EQ(errors.size(), 21u);
+  EXPECT_NE(errors[0].find("attention_layers[0] (layer 100)"), std::string::npos) << errors[0];
+  EXPECT_NE(errors.back().find("... and " + std::to_string(n - 20) + " more (" +
+                               std::to_string(n) + " problems in all)"),
+            std::string::npos)
+      << errors.back();
+  const Status s = validate_config(c);
+  EXPECT_LT(s.message().size(), 10000u);
+}
+
 TEST(ConfigValidation, ZeroSizeBufferIsAllowedAndDropped) {
   ManagerConfig c = example_config();
   c.attention_layers[0].buffers.push_back({"key_block_scale", 0, {}, {}});

@@ -363,6 +363,23 @@ TEST(Sim, NumbersInFlagsAreDigitsOnly) {
   EXPECT_EQ(pib.exit_code, 0) << pib.err;
 }
 
+// Issue 36: the floor check was not monotonic (62 MiB ran, 63 was refused, 64 ran, 65 was
+// refused): the room kept for the longest request grew with the quota past it. Once a quota
+// runs, every larger one runs.
+TEST(Sim, ALargerGpuQuotaIsNeverRefusedWhereASmallerOneRan) {
+  bool ran = false;
+  for (int mib = 56; mib <= 72; ++mib) {
+    const CliRun r =
+        run_cli("sim --model " + kModel + " --trace synthetic:3 --tp 8 --max-batch 4 " +
+                "--quiet --gpu-quota " + std::to_string(mib) + "MiB");
+    if (ran) {
+      EXPECT_EQ(r.exit_code, 0) << mib << " MiB: " << r.err;
+    }
+    ran = ran || r.exit_code == 0;
+  }
+  EXPECT_TRUE(ran);
+}
+
 // "none" turns the host and disk tiers off, as the help says; the GPU tier cannot be.
 TEST(Sim, NoneTurnsAColderTierOff) {
   const CliRun r =

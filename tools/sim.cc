@@ -181,9 +181,19 @@ Result<ModelDescription> model_from(const SimOptions& o) {
   return model;
 }
 
+// Whether the GPU quota holds the floors of `serving` with max_seq_len = len.
+bool floors_fit(const ModelDescription& model, ServingConfig serving, uint64_t len) {
+  serving.max_seq_len = len;
+  Result<ManagerConfig> config = hybrid_manager_config(model, serving);
+  if (!config) return false;
+  Result<uint64_t> minimum = minimum_gpu_quota(*config);
+  return minimum && !serving.tiers.empty() && *minimum <= serving.tiers.front().quota_bytes;
+}
+
 // With rebalancing the GPU keeps room for the longest request the sim admits (the trace's
 // longest, capped by what the starting plan holds: longer ones are skipped), so that no pool
-// group shrinks under it.
+// group shrinks under it. That room is a floor of its own: it is capped where the quota still
+// holds every floor, so that a larger quota is never refused where a smaller one ran.
 Result<std::unique_ptr<HybridCacheManager>> create_manager(const ModelDescription& model,
                                                            ServingConfig serving,
                                                            const BackendOptions& backend,
@@ -197,6 +207,14 @@ Result<std::unique_ptr<HybridCacheManager>> create_manager(const ModelDescriptio
     for (const TraceRequest& t : trace)
       longest = std::max(longest, t.input_length + t.output_length);
     longest = std::min(longest, plan->max_request_tokens().value_or(longest));
+    if (longest > 0 && !floors_fit(model, serving, longest)) {
+      uint64_t lo = 0, hi = longest;  // floors fit at lo (or lo == 0: none), not at hi
+      while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        (floors_fit(model, serving, mid) ? lo : hi) = mid;
+      }
+      longest = lo;
+    }
     if (longest > 0) serving.max_seq_len = longest;
   }
   return HybridCacheManager::create(model, serving, backend);

@@ -150,3 +150,52 @@ def test_small_refusals_name_what_is_wrong():
     h = started(manager(), 1)
     with pytest.raises(KeyError, match="request 77 is unknown"):
         h.scan_non_finite(77)
+
+
+def test_small_refusals_name_what_is_wrong_2():
+    # set_quota: the exception its docstring names (pages in use do not fit: OutOfPagesError).
+    h = started(manager(), 1)
+    h.resize(1, 16 * 4000, 40)
+    with pytest.raises(hk.OutOfPagesError, match="LOCKED"):
+        h.set_quota(hk.TierKind.GPU, 200 << 20)
+    with pytest.raises(ValueError, match="below the GPU floors"):
+        h.set_quota(hk.TierKind.GPU, 1 << 20)
+    # A model dict with NaN / Infinity where a count belongs names the field and the value.
+    with open(NEMOTRON) as f:
+        config = __import__("json").load(f)
+    for field, value in (("ssm_state_size", float("nan")), ("num_hidden_layers", float("nan")),
+                         ("mamba_num_heads", float("inf"))):
+        bad = dict(config, **{field: value})
+        with pytest.raises(ValueError, match=f"field '{field}': \"(NaN|Infinity)\" must be"):
+            hk.read_model_config(bad)
+    hk.read_model_config(dict(config, time_step_limit=[0.0, float("inf")]))  # never read
+    with pytest.raises(TypeError, match="read_model_config: source: expected a config.json path"):
+        hk.read_model_config(5)
+    # periodic_interval 0 is refused in Python as the CLI refuses periodic:0.
+    model = hk.read_model_config(NEMOTRON, tp=8)
+    for policy, field in ((hk.SnapshotPolicy(periodic_interval=0), "periodic_interval"),
+                          (hk.SnapshotPolicy(aligned_end=0), "aligned_end")):
+        s = hk.ServingConfig(max_batch=4, snapshots=policy)
+        with pytest.raises(ValueError, match=f"snapshots.{field} 0 must be > 0"):
+            hk.HybridCacheManager(model, s, hk.BackendKind.NONE)
+    # A beam width no GPU pool holds is refused, not a MemoryError.
+    config = hk.ManagerConfig(
+        tokens_per_block=16,
+        attention_layers=[hk.AttentionLayerConfig(id=0, buffers=[
+            hk.BufferConfig(role="key", bytes_per_page=1024)])],
+        tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=4 << 20)])
+    m = hk.KvCacheManager.create(config, hk.BackendKind.NONE)
+    with pytest.raises(ValueError, match="beam_width 2147483648: each beam needs its own page"):
+        m.create_kv_cache([1, 2, 3], beam_width=2**31)
+
+
+def test_the_none_backend_costs_what_is_used_not_the_quota():
+    # 64 TiB of GPU: the bookkeeping of untouched slots costs nothing (it was 3.6 GB at 16 TiB).
+    import resource
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    serving = hk.ServingConfig(max_batch=8, tokens_per_block=32,
+                               tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=64 << 40)])
+    h = hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8), serving, hk.BackendKind.NONE)
+    started(h, 1)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 256 << 10, f"{grown_kib} KiB for an unused 64 TiB quota"

@@ -202,8 +202,8 @@ TEST(ConfigValidation, ManyProblemsMakeOneShortMessage) {
   const std::vector<std::string> errors = config_errors(c);
   ASSERT_EQ(errors.size(), 21u);
   EXPECT_NE(errors[0].find("attention_layers[0] (layer 100)"), std::string::npos) << errors[0];
-  EXPECT_NE(errors.back().find("... and " + std::to_string(n - 20) + " more (" +
-                               std::to_string(n) + " problems in all)"),
+  EXPECT_NE(errors.back().find("... and " + std::to_string(n - 20) + " more (" + std::to_string(n) +
+                               " problems in all)"),
             std::string::npos)
       << errors.back();
   const Status s = validate_config(c);

@@ -12,6 +12,7 @@
 #include "arrays.h"
 #include "bindings.h"
 #include "hybridkv/hybrid.h"
+#include "hybridkv/testing/inspect.h"
 #include "manager_calls.h"
 
 namespace nb = nanobind;
@@ -441,6 +442,22 @@ void bind_manager(nb::module_& m) {
   bind_requests(cls);
   bind_steps(cls);
   bind_diagnostics(cls);
+  // The testing library's checks, for the fuzzers of python/tests (not the product's API).
+  nb::module_ t = m.def_submodule("testing", "hybridkv_testing's checks (tests only).");
+  t.def(
+      "check_invariants",
+      [](Manager& mgr) {
+        return mgr.locked(
+            [](HybridCacheManager& h) { return testing::check_invariants(h.manager()); });
+      },
+      "manager"_a, "Every invariant of DESIGN §9: empty when all hold, else the first broken one.");
+  t.def(
+      "debug_snapshot",
+      [](Manager& mgr) {
+        return mgr.locked(
+            [](HybridCacheManager& h) { return testing::debug_snapshot(h.manager()); });
+      },
+      "manager"_a, "The whole metadata state, for before/after equality around a refused call.");
 }
 
 }  // namespace hybridkv::python

@@ -35,6 +35,9 @@ FAMILIES = {
         mamba_n_heads=8, mamba_d_head=16, mamba_expand=2, mamba_d_state=16, mamba_n_groups=2,
         mamba_d_conv=4, mamba_chunk_size=16, num_local_experts=2, num_experts_per_tok=1,
         shared_intermediate_size=64),
+    "mamba2": dict(  # pure Mamba2 (Mamba-Codestral, mamba2-2.7b): its forward takes cache_params
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_heads=8, head_dim=16,
+        expand=2, state_size=16, n_groups=2, conv_kernel=4, chunk_size=16),
     "gemma3_text": dict(  # sliding-window (8 tokens) and full attention
         _BASE, num_hidden_layers=4, sliding_window=8, sliding_window_pattern=2),
     "gpt_oss": dict(  # sliding-window (8 tokens) and full attention with sinks, MoE
@@ -42,6 +45,7 @@ FAMILIES = {
         layer_types=["sliding_attention", "full_attention"] * 2),
 }
 RECURRENT = [f for f in FAMILIES if f not in ("gemma3_text", "gpt_oss")]
+ATTENTION = [f for f in FAMILIES if f != "mamba2"]
 
 
 def make_model(family: str, device="cpu", dtype=torch.float32, seed=0):
@@ -66,6 +70,27 @@ def reference(model, tokens, new_tokens: int):
                          min_new_tokens=new_tokens, do_sample=False, output_logits=True,
                          return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
     return out.sequences[0, len(tokens):].tolist(), torch.stack([l[0] for l in out.logits]).float()
+
+
+@torch.no_grad()
+def own_cache_chunks(model, chunks):
+    """The model with its own cache (DynamicCache) fed exactly these chunks, one forward each:
+    the logits of every chunk's tokens, concatenated [tokens, vocab]. The stricter reference:
+    same kernels, same inputs as a paged run that computes the same chunks."""
+    import inspect
+
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    name = "past_key_values"
+    if "past_key_values" not in inspect.signature(model.forward).parameters:
+        name = "cache_params"
+    cache = DynamicCache(config=model.config)
+    out = []
+    for chunk in chunks:
+        ids = torch.tensor([chunk], device=device)
+        out.append(model(input_ids=ids, use_cache=True, **{name: cache}).logits[0].float())
+    return torch.cat(out)
 
 
 def serve(engine, request_id, tokens, new_tokens):

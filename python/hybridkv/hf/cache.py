@@ -41,12 +41,17 @@ class PagedAttention(CacheLayerMixin):
         super().__init__()
         self.pages_k, self.pages_v = keys, values
         self.group, self.window, self.view = group, window, view
+        self.used = False  # set by update(): the forward wrote and read its pages
         self.is_sliding = window is not None
         self.is_initialized = True
         self.tokens_per_block = keys.shape[1]
 
     def lazy_initialization(self, key_states, value_states) -> None:
         pass
+
+    def unused(self) -> list[str]:
+        """What the forward should have read and written here and did not."""
+        return [] if self.used else ["K/V pages"]
 
     def _start(self, position: int) -> int:
         return max(0, position - self.window + 1) if self.window else 0
@@ -64,6 +69,7 @@ class PagedAttention(CacheLayerMixin):
         return slots, pos % self.tokens_per_block
 
     def update(self, key_states, value_states, *args, **kwargs):
+        self.used = True
         position, count = self.view.position, key_states.shape[-2]
         slots, offsets = self._addresses(position, position + count)
         self.pages_k[slots, offsets] = key_states[0].transpose(0, 1).to(self.pages_k.dtype)
@@ -84,12 +90,29 @@ class PagedAttention(CacheLayerMixin):
         return self.window if self.window else -1
 
 
+class _Watched(dict):
+    """A layer's state tensors (by state index, as transformers keeps them) that notes when the model takes one: a model updates its
+    state either through update_conv_state / update_recurrent_state or in place on the tensor
+    it took from here (the single-token decode kernels)."""
+
+    def __init__(self, items, usage: dict, key: str):
+        super().__init__(items)
+        self.usage, self.key = usage, key
+
+    def __getitem__(self, index):
+        self.usage[self.key] = True
+        return super().__getitem__(index)
+
+
 class PagedState(LinearAttentionCacheLayerMixin):
     """One recurrent layer: conv and SSM state as views of the request's state slot."""
 
     def __init__(self, conv=None, ssm=None, conv_shape=None, ssm_shape=None, view=None):
         super().__init__(number_of_states=1)
         self.record_past = False
+        self.planned = conv is not None
+        # Whether the forward took or updated each state (shared with a PagedHybrid's copy).
+        self.usage = {"conv state": False, "SSM state": False}
         if conv is None:  # a layer without cache (MLP / MoE)
             return
         self.conv_states[0] = conv[view.state_slot].view(1, *conv_shape)
@@ -98,9 +121,17 @@ class PagedState(LinearAttentionCacheLayerMixin):
         self.has_previous_state[0] = view.position > 0
         self.conv_kernel_size[0] = conv_shape[-1] + 1
         self.dtype, self.device = conv.dtype, conv.device
+        self.conv_states = _Watched(self.conv_states, self.usage, "conv state")
+        self.recurrent_states = _Watched(self.recurrent_states, self.usage, "SSM state")
 
     def lazy_initialization(self, conv_states=None, recurrent_states=None, state_idx=0, **kw):
         raise RuntimeError("PagedState: the model uses a recurrent state hybridkv did not plan")
+
+    def unused(self) -> list[str]:
+        """The planned state the forward did not update (its conv window, its SSM state)."""
+        if not self.planned:
+            return []
+        return [name for name, used in self.usage.items() if not used]
 
     def update_conv_state(self, conv_states, state_idx: int = 0, conv_kernel_size=None, **kwargs):
         state = self.conv_states[state_idx]
@@ -139,6 +170,9 @@ class PagedHybrid(PagedState, CacheLayerMixin):
     def lazy_initialization(self, *args, **kwargs):
         raise RuntimeError("PagedHybrid: the model uses a cache hybridkv did not plan")
 
+    def unused(self) -> list[str]:
+        return self.attention.unused() + PagedState.unused(self)
+
     def update(self, key_states, value_states, *args, **kwargs):
         return self.attention.update(key_states, value_states, *args, **kwargs)
 
@@ -161,6 +195,16 @@ class PagedCache(Cache):
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.view.position
+
+    def check_used(self) -> None:
+        """Raises when a layer did not read and write the cache it was handed: the model then
+        computed without hybridkv (a cache passed under a name the model does not take, a
+        layer that builds a cache of its own), and its answer must not be trusted."""
+        missing = [f"layer {i}: {', '.join(m)}" for i, layer in enumerate(self.layers)
+                   if (m := layer.unused())]
+        if missing:
+            raise RuntimeError("the model computed without the hybridkv cache it was handed ("
+                               + "; ".join(missing) + " never updated)")
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError(

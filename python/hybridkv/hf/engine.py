@@ -12,6 +12,7 @@ checkpoint taken before the verify step and the accepted tokens are replayed thr
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -52,6 +53,7 @@ class PagedModel:
         self.tokens_per_block = tokens_per_block
         self.device = torch.device("cuda", device) if backend == hk.BackendKind.CUDA else None
         self._layers = self._plan_layers()
+        self._cache_argument = self._cache_keyword(model)
         self.requests: dict[int, dict] = {}
         self.forward_tokens = 0  # tokens the model computed, over all requests
         self.replayed_tokens = 0  # of which: accepted tokens replayed after a rejection
@@ -87,6 +89,18 @@ class PagedModel:
                 raise ValueError(f"model layer {d['model_layer']}: mixer '{d['mixer']}' is not "
                                  "supported by hybridkv.hf")
         return layers
+
+    @staticmethod
+    def _cache_keyword(model) -> str:
+        """The name the model's forward takes its cache by: ``past_key_values`` for most,
+        ``cache_params`` for the pure SSM families (Mamba, Mamba2), which would otherwise take
+        the cache as an unknown keyword and compute with a fresh cache of their own."""
+        parameters = inspect.signature(model.forward).parameters
+        for name in ("past_key_values", "cache_params"):
+            if name in parameters:
+                return name
+        raise ValueError(f"{type(model).__name__}.forward takes neither past_key_values nor "
+                         "cache_params: hybridkv.hf cannot hand it a cache")
 
     @staticmethod
     def _ssm_shape(d):
@@ -146,7 +160,9 @@ class PagedModel:
         r = self.requests[request_id]
         view = self._request_view(request_id, r["position"], len(tokens))
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, past_key_values=self.cache_for(view), use_cache=True)
+        cache = self.cache_for(view)
+        out = self.model(input_ids=ids, use_cache=True, **{self._cache_argument: cache})
+        cache.check_used()
         if self.device is not None:
             # The manager's copies (snapshots, offloads) read what the model wrote: let the
             # model's stream finish first (an engine would hand the manager an event instead).

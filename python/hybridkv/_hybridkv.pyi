@@ -1,8 +1,7 @@
 from collections.abc import Sequence
 import enum
-from typing import Annotated, overload
+from typing import overload
 
-from numpy.typing import ArrayLike
 
 
 class AttentionLayerConfig:
@@ -175,9 +174,9 @@ class HybridCacheManager:
         A copy of the request's block table for a cache group (per-step handoff: decode_step).
         """
 
-    def decode_step(self, request_ids: Annotated[ArrayLike, dict(dtype='uint64', shape=(None), order='C', device='cpu', writable=False)], group: int | None = None) -> tuple:
+    def decode_step(self, request_ids: object, group: int | None = None) -> tuple:
         """
-        One decode step for a batch: every request grows by one token; returns numpy views (state indices, replay indices, block tables of `group` [requests, blocks]) over buffers the manager owns and rewrites at the next call.
+        One decode step for a batch, all or nothing: every request grows by one token. request_ids: a 1-D uint64 array or a list of ints, each request once and ACTIVE (else an error naming the request, and nothing changed). Returns numpy arrays of this step (state indices, replay indices, block tables of `group` [requests, blocks], -1 past a request's blocks) that own their memory: later steps leave them as they are.
         """
 
     def pool_view(self, tier: TierKind, pool_group: int, pool: int = 0) -> object:
@@ -237,7 +236,7 @@ class HybridCacheManager:
 
     def set_quota(self, tier: TierKind, quota_bytes: int) -> None:
         """
-        Grows or shrinks a tier while caches live (OutOfPagesError / RefusedError: nothing changed).
+        Grows or shrinks a tier while caches live. Refused, changing nothing: ValueError below the GPU floors, RefusedError beyond the tier's max_quota_bytes, OutOfPagesError when the pages in use do not fit.
         """
 
     def copy_error(self) -> str | None:
@@ -311,7 +310,7 @@ class KvCache:
     def block_table(self, group: int, beam: int = 0) -> list[int]:
         """A copy of the block table."""
 
-    def set_index_buffer(self, group: int, beam: int, buffer: Annotated[ArrayLike, dict(dtype='int32', shape=(None), order='C', device='cpu')] | None) -> None:
+    def set_index_buffer(self, group: int, beam: int, buffer: object | None) -> None:
         """
         An int32 numpy array the cache keeps equal to its block table (padded with -1) on every change; None detaches it.
         """
@@ -342,7 +341,7 @@ class KvCacheManager:
 
     def set_quota(self, tier: TierKind, quota_bytes: int) -> None:
         """
-        Grows or shrinks a tier while caches live (OutOfPagesError / RefusedError: nothing changed).
+        Grows or shrinks a tier while caches live. Refused, changing nothing: ValueError below the GPU floors, RefusedError beyond the tier's max_quota_bytes, OutOfPagesError when the pages in use do not fit.
         """
 
     def copy_error(self) -> str | None:

@@ -119,6 +119,9 @@ TEST(CudaBackend, ReducedPrecisionSnapshotsHoldTheHostConversionsBytes) {
     std::byte* live = m->slot_address(TierKind::kGpu, state.pool_group, state.pool, slot);
     ASSERT_EQ(cudaMemcpy(live + state.offset, values.data(), state.size, cudaMemcpyHostToDevice),
               cudaSuccess);
+    // From pageable memory cudaMemcpy may return before its DMA lands; the snapshot's copy runs
+    // on the backend's own stream (seen once on an H200: a snapshot of a half-written state).
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_OK(testing::commit_computed(r));
     std::optional<testing::TreePage> snap;
     for (const testing::TreePage& t : testing::tree_pages(*m)) {

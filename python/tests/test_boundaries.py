@@ -199,3 +199,14 @@ def test_the_none_backend_costs_what_is_used_not_the_quota():
     started(h, 1)
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kib < 256 << 10, f"{grown_kib} KiB for an unused 64 TiB quota"
+
+
+def test_a_host_allocation_failure_names_the_backend_not_a_cli_flag():
+    config = hk.ManagerConfig(
+        tokens_per_block=16,
+        attention_layers=[hk.AttentionLayerConfig(id=0, buffers=[
+            hk.BufferConfig(role="key", bytes_per_page=1 << 20)])],
+        tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=1 << 50)])  # a PiB of host memory
+    with pytest.raises(hk.OutOfPagesError, match="cannot allocate 1.00 PiB .* use the none "
+                       "backend"):
+        hk.KvCacheManager.create(config, hk.BackendKind.HOST)

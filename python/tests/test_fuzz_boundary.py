@@ -11,8 +11,8 @@ layout, capacities up to 2^64 - 1 and unknown or duplicate ids. After every call
 
 Budget: HKV_FUZZ_EXAMPLES sequences (CI: 300, about 20 s) of up to HKV_FUZZ_STEPS calls (40);
 the counts go to HKV_FUZZ_REPORT (as the run goes) and are printed at its end. hypothesis keeps
-every sequence it explored in memory (about 2 GB after an hour): long runs are best repeated. `HKV_FUZZ_EXAMPLES=5000 pytest python/tests/test_fuzz_boundary.py`
-runs longer on demand.
+every sequence it explored in memory (about 2 GB after an hour): long runs are best repeated.
+`HKV_FUZZ_EXAMPLES=5000 pytest python/tests/test_fuzz_boundary.py` runs longer on demand.
 """
 
 import os

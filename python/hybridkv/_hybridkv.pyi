@@ -50,6 +50,32 @@ class BackendKind(enum.Enum):
 
     CUDA = 2
 
+class BatchShape:
+    """Requests that run in one step (and a shared system prompt)."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def requests(self) -> list[RequestShape]: ...
+
+    @requests.setter
+    def requests(self, arg: Sequence[RequestShape], /) -> None: ...
+
+    @property
+    def shared_prefix_tokens(self) -> int | None: ...
+
+    @shared_prefix_tokens.setter
+    def shared_prefix_tokens(self, arg: int, /) -> None: ...
+
+class BlockHash(enum.Enum):
+    SHA256 = 0
+
+    FAST_NON_CRYPTOGRAPHIC = 1
+
 class BufferConfig:
     """One buffer of a layer, bytes per page."""
 
@@ -104,6 +130,13 @@ class DType(enum.Enum):
     INT8 = 5
 
     UINT8 = 6
+
+class DisaggRole(enum.Enum):
+    BOTH = 0
+
+    CONTEXT = 1
+
+    GENERATION = 2
 
 class HybridCacheManager:
     """Requests of a hybrid model on one rank (hybridkv/hybrid.h)."""
@@ -195,9 +228,6 @@ class HybridCacheManager:
     def replay_resets(self) -> list[int]:
         """Replay indices the engine resets before running the last decode_step."""
 
-    def reuse_stats(self) -> dict:
-        """Prefix-reuse counters per cache group, and the tree size."""
-
     def need_adjustment(self) -> bool:
         """Whether a rebalancing step would move slots between pool groups now."""
 
@@ -224,6 +254,16 @@ class HybridCacheManager:
     def take_iteration_stats(self) -> dict:
         """
         Counters since the previous call (then zero): pages, tier moves, suspends, resumes.
+        """
+
+    def reuse_stats(self) -> dict:
+        """
+        Prefix-reuse counters per cache group (hybridkv/reuse.h's GroupReuseStats), pages served by tier, and the tree size.
+        """
+
+    def take_reuse_stats(self) -> dict:
+        """
+        reuse_stats(), then the counters restart from zero (per-interval figures).
         """
 
     def storage_stats(self) -> list:
@@ -329,6 +369,16 @@ class KvCacheManager:
     def take_iteration_stats(self) -> dict:
         """
         Counters since the previous call (then zero): pages, tier moves, suspends, resumes.
+        """
+
+    def reuse_stats(self) -> dict:
+        """
+        Prefix-reuse counters per cache group (hybridkv/reuse.h's GroupReuseStats), pages served by tier, and the tree size.
+        """
+
+    def take_reuse_stats(self) -> dict:
+        """
+        reuse_stats(), then the counters restart from zero (per-interval figures).
         """
 
     def storage_stats(self) -> list:
@@ -491,6 +541,42 @@ class ManagerConfig:
     @record_events.setter
     def record_events(self, arg: bool, /) -> None: ...
 
+    @property
+    def reuse_match_backoff(self) -> int: ...
+
+    @reuse_match_backoff.setter
+    def reuse_match_backoff(self, arg: int, /) -> None: ...
+
+    @property
+    def block_hash(self) -> BlockHash: ...
+
+    @block_hash.setter
+    def block_hash(self, arg: BlockHash, /) -> None: ...
+
+    @property
+    def swa_scratch_reuse(self) -> bool: ...
+
+    @swa_scratch_reuse.setter
+    def swa_scratch_reuse(self, arg: bool, /) -> None: ...
+
+    @property
+    def max_rewind_len(self) -> int: ...
+
+    @max_rewind_len.setter
+    def max_rewind_len(self, arg: int, /) -> None: ...
+
+    @property
+    def typical_step(self) -> BatchShape | None: ...
+
+    @typical_step.setter
+    def typical_step(self, arg: BatchShape, /) -> None: ...
+
+    @property
+    def constraints(self) -> list[BatchShape]: ...
+
+    @constraints.setter
+    def constraints(self, arg: Sequence[BatchShape], /) -> None: ...
+
 class ModelDescription:
     """A model's cache layers (read_model_config)."""
 
@@ -547,6 +633,27 @@ class ReplayLayout(enum.Enum):
 
     RING = 1
 
+class RequestShape:
+    """One request of a batch shape: capacity and history tokens."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @capacity.setter
+    def capacity(self, arg: int, /) -> None: ...
+
+    @property
+    def history(self) -> int: ...
+
+    @history.setter
+    def history(self, arg: int, /) -> None: ...
+
 class ReusePolicy(enum.Enum):
     REQUIRED = 0
 
@@ -586,6 +693,18 @@ class ServingConfig:
 
     @overlap_scheduling.setter
     def overlap_scheduling(self, arg: bool, /) -> None: ...
+
+    @property
+    def role(self) -> DisaggRole: ...
+
+    @role.setter
+    def role(self, arg: DisaggRole, /) -> None: ...
+
+    @property
+    def mtp_layers(self) -> int | None: ...
+
+    @mtp_layers.setter
+    def mtp_layers(self, arg: int, /) -> None: ...
 
     @property
     def dummy_slots(self) -> int: ...

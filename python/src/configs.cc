@@ -108,6 +108,10 @@ void bind_configs(nb::module_& m) {
       .def_rw("demand_driven", &SnapshotPolicy::demand_driven)
       .def_rw("answer_end", &SnapshotPolicy::answer_end);
 
+  nb::enum_<DisaggRole>(m, "DisaggRole")
+      .value("BOTH", DisaggRole::kBoth)
+      .value("CONTEXT", DisaggRole::kContext)
+      .value("GENERATION", DisaggRole::kGeneration);
   nb::class_<ServingConfig> serving(m, "ServingConfig",
                                     "Serving settings of one rank (hybridkv/hybrid.h).");
   kw_init(serving);
@@ -115,6 +119,8 @@ void bind_configs(nb::module_& m) {
       .def_rw("pp_size", &ServingConfig::pp_size)
       .def_rw("pp_rank", &ServingConfig::pp_rank)
       .def_rw("overlap_scheduling", &ServingConfig::overlap_scheduling)
+      .def_rw("role", &ServingConfig::role)
+      .def_rw("mtp_layers", &ServingConfig::mtp_layers)
       .def_rw("dummy_slots", &ServingConfig::dummy_slots)
       .def_rw("num_spec_tokens", &ServingConfig::num_spec_tokens)
       .def_rw("replay_layout", &ServingConfig::replay_layout)

@@ -44,6 +44,18 @@ void bind_layer_configs(nb::module_& m) {
   ssm.def_rw("id", &SsmLayerConfig::id)
       .def_rw("reuse_policy", &SsmLayerConfig::reuse_policy)
       .def_rw("buffers", &SsmLayerConfig::buffers);
+  nb::enum_<BlockHash>(m, "BlockHash")
+      .value("SHA256", BlockHash::kSha256)
+      .value("FAST_NON_CRYPTOGRAPHIC", BlockHash::kFastNonCryptographic);
+  nb::class_<RequestShape> shape(m, "RequestShape",
+                                 "One request of a batch shape: capacity and history tokens.");
+  kw_init(shape);
+  shape.def_rw("capacity", &RequestShape::capacity).def_rw("history", &RequestShape::history);
+  nb::class_<BatchShape> batch(m, "BatchShape",
+                               "Requests that run in one step (and a shared system prompt).");
+  kw_init(batch);
+  batch.def_rw("requests", &BatchShape::requests)
+      .def_rw("shared_prefix_tokens", &BatchShape::shared_prefix_tokens);
   nb::class_<ManagerConfig> config(m, "ManagerConfig", "Layers, tiers and knobs (config.h).");
   kw_init(config);
   config.def_rw("tokens_per_block", &ManagerConfig::tokens_per_block)
@@ -62,7 +74,13 @@ void bind_layer_configs(nb::module_& m) {
       .def_rw("snapshot_pricing", &ManagerConfig::snapshot_pricing)
       .def_rw("snapshot_dtype", &ManagerConfig::snapshot_dtype)
       .def_rw("pool_ratio", &ManagerConfig::pool_ratio)
-      .def_rw("record_events", &ManagerConfig::record_events);
+      .def_rw("record_events", &ManagerConfig::record_events)
+      .def_rw("reuse_match_backoff", &ManagerConfig::reuse_match_backoff)
+      .def_rw("block_hash", &ManagerConfig::block_hash)
+      .def_rw("swa_scratch_reuse", &ManagerConfig::swa_scratch_reuse)
+      .def_rw("max_rewind_len", &ManagerConfig::max_rewind_len)
+      .def_rw("typical_step", &ManagerConfig::typical_step)
+      .def_rw("constraints", &ManagerConfig::constraints);
 }
 
 std::vector<int32_t> table_copy(const KvCache& c, uint32_t group, uint32_t beam) {

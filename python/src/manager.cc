@@ -235,25 +235,6 @@ nb::object buffer_view(nb::handle self, TierKind tier, uint32_t layer, const std
   return pool_array(m, self, tier, base + b.offset, shape, strides, numpy_dtype(b.dtype));
 }
 
-nb::dict reuse_stats(Manager& m) {
-  const ReuseStats s = m.locked([](HybridCacheManager& h) { return h.manager().reuse_stats(); });
-  nb::list groups;
-  for (const GroupReuseStats& g : s.groups) {
-    nb::dict d;
-    d["lookups"] = g.lookups;
-    d["hits"] = g.hits;
-    d["reused_tokens"] = g.reused_tokens;
-    d["snapshots_stored"] = g.snapshots_stored;
-    d["snapshots_removed"] = g.snapshots_removed;
-    d["orphans_dropped"] = g.orphans_dropped;
-    groups.append(d);
-  }
-  nb::dict out;
-  out["groups"] = groups;
-  out["tree_blocks"] = s.tree_blocks;
-  return out;
-}
-
 // Requests: their lifecycle, snapshots and what the manager knows of each.
 void bind_requests(nb::class_<Manager>& cls) {
   cls.def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind, int>(), "model"_a,
@@ -376,7 +357,6 @@ void bind_steps(nb::class_<Manager>& cls) {
           "num_requests", [](Manager& m) { return m.h().num_requests(); }, "Requests alive.")
       .def_prop_ro("replay_resets", &Manager::replay_resets,
                    "Replay indices the engine resets before running the last decode_step.")
-      .def("reuse_stats", &reuse_stats, "Prefix-reuse counters per cache group, and the tree size.")
       .def(
           "need_adjustment",
           [](Manager& m) {

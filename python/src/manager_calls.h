@@ -18,6 +18,7 @@ namespace hybridkv::python {
 nanobind::list events_to_python(const std::vector<CacheEvent>& events);
 nanobind::list storage_to_python(const StorageStats& stats);
 nanobind::dict iteration_stats_to_python(const IterationStats& stats);
+nanobind::dict reuse_stats_to_python(const ReuseStats& stats);
 std::optional<std::string> copy_error(const KvCacheManager& manager);
 
 // `get(self)` returns the KvCacheManager& (itself thread-safe: no Python-side lock needed).
@@ -50,6 +51,29 @@ void bind_manager_calls(nanobind::class_<Cls>& cls, Get get) {
             return iteration_stats_to_python(stats);
           },
           "Counters since the previous call (then zero): pages, tier moves, suspends, resumes.")
+      .def(
+          "reuse_stats",
+          [get](Cls& self) {
+            ReuseStats stats;
+            {
+              nb::gil_scoped_release release;
+              stats = get(self).reuse_stats();
+            }
+            return reuse_stats_to_python(stats);
+          },
+          "Prefix-reuse counters per cache group (hybridkv/reuse.h's GroupReuseStats), pages "
+          "served by tier, and the tree size.")
+      .def(
+          "take_reuse_stats",
+          [get](Cls& self) {
+            ReuseStats stats;
+            {
+              nb::gil_scoped_release release;
+              stats = get(self).take_reuse_stats();
+            }
+            return reuse_stats_to_python(stats);
+          },
+          "reuse_stats(), then the counters restart from zero (per-interval figures).")
       .def(
           "storage_stats",
           [get](Cls& self) {

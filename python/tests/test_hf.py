@@ -240,3 +240,51 @@ def test_a_forward_that_ignores_its_cache_raises():
     pm.add_request(1, hm.prompt(40, seed=14))
     with pytest.raises(RuntimeError, match="computed without the hybridkv cache it was handed"):
         pm.generate(1, 2)
+
+
+def _chunked_run(pm, tokens):
+    """Prefill `tokens` in the chunks PagedModel computes (snapshot point to snapshot point,
+    each committed), then decode three tokens; returns the chunks fed and the logits of all."""
+    chunks, logits, position = [], [], 0
+    pm.add_request(1, tokens)
+    while position < len(tokens):
+        end = pm.manager.next_snapshot_point(1)
+        chunks.append(tokens[position:end])
+        logits.append(pm.forward(1, tokens[position:end]))
+        pm.manager.commit_at_snapshot(1)
+        pm.manager.synchronize()
+        position = end
+    for _ in range(3):
+        token = int(logits[-1][-1].argmax())
+        chunks.append([token])
+        logits.append(pm.forward(1, [token]))
+    return chunks, torch.cat(logits)
+
+
+# Issue 30 item 3: the stricter reference. The same model with its own cache fed exactly the
+# same chunks runs the same kernels on the same inputs: the logits are equal, to the bit, in fp32
+# and bf16, for every prefill chunk, and for decode steps in bf16 and for attention and gated
+# delta net families in fp32. One exception, measured and explained: with a short convolution
+# (Mamba1 / Mamba2 layers) the single-token decode step convolves over the state it is given, and
+# transformers keeps conv_kernel columns where hybridkv keeps the conv_kernel - 1 that the next
+# token reads (the plan's bytes, vLLM's layout); the sums then round differently in fp32 (largest
+# difference seen 4.8e-7), so those decode steps are held to 1e-6.
+CONV_DECODE_FP32_TOL = 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("family", list(hm.FAMILIES))
+def test_logits_equal_the_own_cache_run_on_the_same_chunks(family, dtype, backend):
+    device, kind = backend
+    model = hm.make_model(family, device, dtype=dtype)
+    pm = PagedModel(model, backend=kind, gpu_bytes=2 << 20)
+    chunks, logits = _chunked_run(pm, hm.prompt(56, seed=21))
+    own = hm.own_cache_chunks(model, chunks).cpu()
+    logits = logits.cpu()
+    prefill = sum(len(c) for c in chunks[:-3])
+    diff = (logits[:prefill] - own[:prefill]).abs().max().item()
+    assert diff == 0.0, f"prefill: largest logit difference {diff:.3g} on identical chunks"
+    diff = (logits[prefill:] - own[prefill:]).abs().max().item()
+    conv = any(d["mixer"] in ("mamba1", "mamba2") for d in pm.description.layers)
+    tol = CONV_DECODE_FP32_TOL if conv and dtype == torch.float32 else 0.0
+    assert diff <= tol, f"decode: largest logit difference {diff:.3g} > {tol}"

@@ -130,6 +130,24 @@ TEST(ModelConfig, NemotronLayersBlockTypeEqualsThePattern) {
 }
 
 // Granite-4.0-H's layer_types as transformers 5 writes them (its cache names).
+// Pure Mamba1 (state-spaces/mamba, Falcon-Mamba): every layer a Mamba1 mixer of
+// intermediate_size channels: conv d_inner * (K - 1), ssm d_inner * d_state.
+TEST(ModelConfig, PureMamba1ModelsArePlanned) {
+  for (const char* type : {"mamba", "falcon_mamba"}) {
+    SCOPED_TRACE(type);
+    const std::string json = std::string(R"({"model_type": ")") + type +
+                             R"(", "hidden_size": 64, "num_hidden_layers": 3, "state_size": 8,
+        "expand": 2, "intermediate_size": 128, "conv_kernel": 4})";
+    Result<ModelDescription> m = parse_model_config(json, {}, "test");
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    ASSERT_EQ(m->layers.size(), 3u);
+    EXPECT_EQ(m->family, "Mamba1");
+    EXPECT_EQ(m->layers[0].mixer, MixerKind::kMamba1);
+    EXPECT_EQ(m->layers[0].conv_elements, 128u * 3);
+    EXPECT_EQ(m->layers[0].ssm_elements, 128u * 8);
+  }
+}
+
 TEST(ModelConfig, GraniteTakesTransformersLayerNames) {
   Result<ModelDescription> m = parse_model_config(
       R"({"model_type": "granitemoehybrid", "num_hidden_layers": 3, "hidden_size": 64,

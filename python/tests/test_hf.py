@@ -273,7 +273,7 @@ CONV_DECODE_FP32_TOL = 1e-6
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("family", list(hm.FAMILIES))
+@pytest.mark.parametrize("family", list(hm.FAMILIES) + list(hm.STRICT_ONLY))
 def test_logits_equal_the_own_cache_run_on_the_same_chunks(family, dtype, backend):
     device, kind = backend
     model = hm.make_model(family, device, dtype=dtype)

@@ -407,6 +407,20 @@ void read_mamba2(const Fields& f, ModelDescription& out, Builder& b) {
   out.family = "Mamba2";
 }
 
+// Pure Mamba1 (mamba, falcon_mamba): every layer a Mamba1 mixer of intermediate_size channels.
+void read_mamba(const Fields& f, ModelDescription& out, Builder& b) {
+  const uint64_t n = f.positive("num_hidden_layers");
+  const uint64_t d_inner = f.has("intermediate_size")
+                               ? f.positive("intermediate_size")
+                               : f.positive("expand") * f.positive("hidden_size");
+  for (uint64_t i = 0; i < n; ++i) {
+    b.mamba1(static_cast<uint32_t>(i), d_inner, f.positive("state_size"),
+             conv_kernel(f, "conv_kernel"));
+  }
+  out.num_model_layers = static_cast<uint32_t>(n);
+  out.family = "Mamba1";
+}
+
 void read_dense(const Fields& f, const std::string& model_type, ModelDescription& out, Builder& b) {
   const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
   const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
@@ -438,7 +452,7 @@ void read_dense(const Fields& f, const std::string& model_type, ModelDescription
 
 const char* known_model_types() {
   return "nemotron_h, qwen3_next, jamba, falcon_h1, granitemoehybrid, kimi_linear, zamba2, "
-         "mamba2, mistral, llama, qwen2, qwen3, gemma3_text, gpt_oss";
+         "mamba2, mamba, falcon_mamba, mistral, llama, qwen2, qwen3, gemma3_text, gpt_oss";
 }
 
 void read_family(const Fields& f, const std::string& model_type, const ModelOptions& options,
@@ -452,6 +466,7 @@ void read_family(const Fields& f, const std::string& model_type, const ModelOpti
   if (model_type == "kimi_linear") return read_kimi_linear(f, out, b);
   if (model_type == "zamba2") return read_zamba2(f, out, b);
   if (model_type == "mamba2") return read_mamba2(f, out, b);
+  if (model_type == "mamba" || model_type == "falcon_mamba") return read_mamba(f, out, b);
   if (model_type == "mistral" || model_type == "llama" || model_type == "qwen2" ||
       model_type == "qwen3" || model_type == "gemma3_text" || model_type == "gpt_oss") {
     return read_dense(f, model_type, out, b);

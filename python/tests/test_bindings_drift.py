@@ -79,3 +79,23 @@ def test_the_new_config_fields_round_trip():
     assert c.block_hash == hk.BlockHash.FAST_NON_CRYPTOGRAPHIC
     assert c.typical_step.requests[0].history == 63
     assert c.constraints[0].shared_prefix_tokens == 16
+
+
+def test_the_checked_in_stub_is_what_the_module_generates(tmp_path):
+    """python/hybridkv/_hybridkv.pyi is nanobind's stub of the built module (regenerate it with
+    `python -m nanobind.stubgen -m hybridkv._hybridkv -o python/hybridkv/_hybridkv.pyi`, then
+    drop the line that imports the tests-only `testing` submodule)."""
+    stubgen = pytest.importorskip("nanobind.stubgen")
+    import nanobind
+
+    pin = next(line.split("==")[1] for line in
+               (INCLUDE.parents[1] / "python" / "requirements.txt").read_text().splitlines()
+               if line.startswith("nanobind=="))
+    if nanobind.__version__ != pin:
+        pytest.skip(f"nanobind {nanobind.__version__} is not the pinned {pin}: its stubs differ")
+    out = tmp_path / "stub.pyi"
+    stubgen.main(["-q", "-m", "hybridkv._hybridkv", "-o", str(out)])
+    generated = [line for line in out.read_text().splitlines()
+                 if line != "from . import testing as testing"]
+    checked_in = (INCLUDE.parents[1] / "python" / "hybridkv" / "_hybridkv.pyi").read_text()
+    assert generated == checked_in.splitlines(), "the stub is stale: regenerate it (see above)"

@@ -1,6 +1,7 @@
 #include "cache/manager_core.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "util/blocks.h"
@@ -107,9 +108,9 @@ std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint
     // blocks costs nothing to refuse). Live: the sink blocks and everything from the window's
     // first live block on.
     const BlockRange past{std::max(from_block, have), blocks};
-    const BlockRange none{};
-    const BlockRange cut = skip.empty() ? none : skip[g.id.value];
-    std::vector<BlockRange> live = {past};
+    if (past.size() == 0) continue;
+    const BlockRange cut = skip.empty() ? BlockRange{} : skip[g.id.value];
+    std::array<BlockRange, 2> live = {past, BlockRange{}};
     if (g.window) {
       const uint64_t first = std::max<uint64_t>(g.first_live_block(history, tpb), g.sink_blocks);
       live = {intersect(past, {0, g.sink_blocks}), intersect(past, {first, blocks})};

@@ -43,6 +43,7 @@ Status ManagerCore::check_capacity(uint32_t id, uint64_t capacity) const {
                            std::to_string(kMaxCapacity) + " tokens, int32 positions)");
   }
   const uint64_t blocks = blocks_for(capacity, plan_.config().tokens_per_block);
+  if (blocks <= caches_[id].attention_blocks) return Status::ok();  // no block added
   const TierPlan& gpu = plan_.tiers().front();
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (g.kind == GroupKind::kSsm || g.window) continue;

@@ -27,10 +27,21 @@ std::optional<long double> unit_multiplier(const std::string& unit) {
 
 bool space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 
+// 'text' for messages (appended, not prepended: g++ 12 at -O3 warns, wrongly, of an overlapping
+// copy in "'" + std::string(text)).
+std::string quote(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  out += '\'';
+  out.append(text);
+  out += '\'';
+  return out;
+}
+
 }  // namespace
 
 Result<uint64_t> parse_byte_count(std::string_view text) {
-  const std::string quoted = "'" + std::string(text) + "'";
+  const std::string quoted = quote(text);
   size_t i = 0;
   while (i < text.size() && space(text[i])) ++i;
   const size_t number_begin = i;
@@ -77,7 +88,7 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
 }
 
 Result<uint64_t> parse_count(std::string_view text) {
-  const std::string quoted = "'" + std::string(text) + "'";
+  const std::string quoted = quote(text);
   if (text.empty()) return Status::invalid("'' is not a count (digits only: none given)");
   uint64_t value = 0;
   for (char c : text) {

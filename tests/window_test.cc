@@ -152,7 +152,9 @@ TEST(Window, PagesLeavingTheWindowAreHeldUntilTheirCommit) {
   const PoolGroupStorage after = m->storage_stats().tiers[0].pool_groups[0];
   EXPECT_EQ(after.free_slots, free_before);
   EXPECT_EQ(after.evictable_slots, 6u);
-  // With commit_min_snapshot, pages leaving the window are freed at once instead.
+  // With commit_min_snapshot (issue 31): the prompt's pages wait for their commit as well, so
+  // every committed endpoint stays reusable; pages of generated tokens past the prompt are
+  // freed at once (a long decode does not pile them up until its answer is committed).
   c.commit_min_snapshot = true;
   auto m2 = std::move(KvCacheManager::create(c, {BackendKind::kNone})).value();
   auto b = std::move(m2->create_kv_cache({{}, prompt, 1, {}, {}, {}})).value();
@@ -160,7 +162,18 @@ TEST(Window, PagesLeavingTheWindowAreHeldUntilTheirCommit) {
   ASSERT_OK(b->resize(320, 0));
   const uint64_t free2 = m2->storage_stats().tiers[0].pool_groups[0].free_slots;
   ASSERT_OK(b->resize(320, 320));
-  EXPECT_EQ(m2->storage_stats().tiers[0].pool_groups[0].free_slots, free2 + 6);
+  EXPECT_EQ(m2->storage_stats().tiers[0].pool_groups[0].free_slots, free2);
+  ASSERT_OK(b->commit(all));
+  EXPECT_EQ(m2->storage_stats().tiers[0].pool_groups[0].evictable_slots, 6u);
+  ASSERT_OK(b->close());
+  auto d = std::move(m2->create_kv_cache({{}, tokens_from(4, 32), 1, {}, {}, {}})).value();
+  ASSERT_OK(d->resume({}));
+  ASSERT_OK(d->resize(32, 0));
+  ASSERT_OK(d->resize(320, 32));  // generating past its 32-token prompt
+  const uint64_t free3 = m2->storage_stats().tiers[0].pool_groups[0].free_slots;
+  ASSERT_OK(d->resize(320, 320));
+  // Block 0 is the prompt's (HELD for its commit); blocks 1..5 were generated: freed.
+  EXPECT_EQ(m2->storage_stats().tiers[0].pool_groups[0].free_slots, free3 + 5);
   EXPECT_EQ(testing::check_invariants(*m), "");
   EXPECT_EQ(testing::check_invariants(*m2), "");
 }

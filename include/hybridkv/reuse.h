@@ -3,10 +3,12 @@
 // Committed blocks live in a radix tree per scope (lora_id, salt); requests in different scopes
 // never share. A block's key is the hash of its parent's key followed by its tokens as 4-byte
 // little-endian integers (and the 32-byte digests of multimodal items that start in it). A match
-// walks full blocks by key, may end inside a block (partial reuse), is trimmed by
-// reuse_match_backoff, and is then pruned across REQUIRED groups until every one can restore
-// it: an SSM group needs a snapshot exactly at the endpoint; an attention group needs every
-// block a step from the endpoint reads. OPTIONAL groups report their own endpoint instead.
+// walks full blocks by key, may end inside a block (partial reuse; without it, only at an exact
+// committed endpoint that the lookup ends on), is trimmed by reuse_match_backoff, and is then
+// pruned across REQUIRED groups until every one can restore it: an SSM group needs a snapshot
+// exactly at the endpoint; an attention group needs every block a step from the endpoint reads.
+// Where that cuts inside a full block, a partial sibling of the block (a shorter commit of the
+// same tokens) is tried as the tail instead. OPTIONAL groups report their own endpoint instead.
 //
 // Thread-safety: value types.
 #pragma once

@@ -144,14 +144,27 @@ void ManagerCore::release_block(CacheRecord& rec, CacheGroupId group, uint64_t b
   std::fill(row, row + rec.beam_width, kNoPage);
 }
 
-// Without commit_min_snapshot a page that leaves the window waits (HELD) for the commit that
-// publishes it, so sliding-window prefixes are reusable; with it, commits at snapshot points
-// publish the window pages they need, and pages leaving the window are freed at once.
+// A page that leaves the window waits (HELD) for the commit that publishes it, so that a
+// sliding-window prefix stays reusable at every committed block end. With commit_min_snapshot
+// each commit publishes the window pages its own endpoint needs, and the rest go at once where
+// matches can end only at those endpoints (a REQUIRED SSM group: only at snapshots). Without
+// one, every block end is an endpoint: a shared system prompt needs its own window pages, so
+// the pages of the tokens the cache was given (its prompt) wait for their commit too; pages of
+// generated tokens do not, so a long decode does not pile up pages until its answer's commit.
 bool ManagerCore::holds_until_commit(const CacheRecord& rec, const CacheGroup& g,
                                      uint64_t block) const {
   const ManagerConfig& cfg = plan_.config();
-  return cfg.enable_block_reuse && !cfg.commit_min_snapshot && rec.committing &&
-         g.policy != ReusePolicy::kPrivate && (block + 1) * cfg.tokens_per_block > rec.committed;
+  const uint64_t end = (block + 1) * cfg.tokens_per_block;
+  if (!cfg.enable_block_reuse || !rec.committing || g.policy == ReusePolicy::kPrivate ||
+      end <= rec.committed) {
+    return false;
+  }
+  if (!cfg.commit_min_snapshot) return true;
+  const auto& groups = plan_.cache_groups();
+  const bool snapshots_only = std::any_of(groups.begin(), groups.end(), [](const CacheGroup& c) {
+    return c.kind == GroupKind::kSsm && c.policy == ReusePolicy::kRequired;
+  });
+  return !snapshots_only && end <= rec.tokens.size();
 }
 
 // Moves beam 0's page of `block` to the held list (its row entry is cleared by release_block).

@@ -17,18 +17,20 @@ class Matcher {
  public:
   Matcher(const StoragePlan& plan, const RadixTree& tree, BlockHasher& hasher,
           std::span<const int32_t> tokens, std::span<const MultimodalItem> multimodal,
-          MatchPlan& mp)
+          uint64_t lookup, MatchPlan& mp)
       : plan_(plan),
         tree_(tree),
         hasher_(hasher),
         tokens_(tokens),
         multimodal_(multimodal),
         mp_(mp),
-        tpb_(plan.config().tokens_per_block) {}
+        tpb_(plan.config().tokens_per_block),
+        lookup_(lookup) {}
 
-  void walk_full_blocks(uint64_t lookup);
-  void match_tail(uint64_t lookup);
+  void walk_full_blocks();
+  void match_tail();
   void prune_and_report();
+  void try_partial_siblings(uint64_t end);
 
  private:
   std::span<const std::array<uint8_t, 32>> digests(uint64_t begin, uint64_t end) {
@@ -41,6 +43,12 @@ class Matcher {
   uint64_t snapshot_limit(const CacheGroup& g, uint64_t L) const;
   uint64_t fixed_point(uint64_t L, bool with_ssm) const;
   uint64_t dropped_snapshot_tokens(uint64_t reused, uint64_t hybrid) const;
+  // Tokens of `child` (under `parent`, at pos_) the match may use as its tail (0: none), and
+  // whether that is the whole of a committed partial block.
+  uint64_t tail_tokens(NodeId parent, NodeId child, bool& whole);
+  // Where the match's tail ends (the divergence, unless a partial sibling replaced the tail).
+  uint64_t tail_end() const { return mp_.path.size() * tpb_ + mp_.tail_tokens; }
+  void prune(uint64_t end);
   void report_groups(uint64_t backed_off);
   std::vector<std::pair<uint64_t, uint64_t>> coverage_ranges(const CacheGroup& g,
                                                              uint64_t end) const;
@@ -52,22 +60,23 @@ class Matcher {
   std::span<const MultimodalItem> multimodal_;
   MatchPlan& mp_;
   const uint32_t tpb_;
+  const uint64_t lookup_;  // tokens looked up (the prompt less its last token)
   std::vector<std::array<uint8_t, 32>> digest_buffer_;
   uint64_t pos_ = 0;               // tokens matched by full blocks
   bool tail_whole_ = false;        // the tail is a partial node matched whole (an exact endpoint)
   std::vector<uint64_t> covered_;  // full attention: the covered prefix, by group
 };
 
-void Matcher::walk_full_blocks(uint64_t lookup) {
+void Matcher::walk_full_blocks() {
   // Full blocks by key, in batches: the key chain does not wait for the lookups, so a batch of
   // keys is hashed, their index slots prefetched, and then looked up in order (a miss in a
   // million-block index costs about as much as hashing a block).
   constexpr size_t kBatch = 16;
   BlockKey chain = tree_.node(mp_.root).key;
   BlockKey keys[kBatch];
-  for (bool diverged = false; !diverged && pos_ + tpb_ <= lookup;) {
+  for (bool diverged = false; !diverged && pos_ + tpb_ <= lookup_;) {
     size_t n = 0;
-    for (; n < kBatch && pos_ + (n + 1) * tpb_ <= lookup; ++n) {
+    for (; n < kBatch && pos_ + (n + 1) * tpb_ <= lookup_; ++n) {
       const uint64_t at = pos_ + n * tpb_;
       chain = keys[n] = hasher_.key(chain, tokens_.subspan(at, tpb_), digests(at, at + tpb_));
       tree_.prefetch(keys[n]);
@@ -84,29 +93,34 @@ void Matcher::walk_full_blocks(uint64_t lookup) {
   }
 }
 
-void Matcher::match_tail(uint64_t lookup) {
+uint64_t Matcher::tail_tokens(NodeId parent, NodeId child, bool& whole) {
+  const Node& n = tree_.node(child);
+  const uint64_t limit = std::min<uint64_t>(n.tokens.size(), lookup_ - pos_);
+  uint64_t k = 0;
+  while (k < limit && n.tokens[k] == tokens_[pos_ + k]) ++k;
+  if (k == 0) return 0;
+  whole = !n.full && k == n.tokens.size();
+  // Without partial reuse a partial block is reused only where the lookup ends exactly at a
+  // committed endpoint (the tail node matched whole): no other sequence's block is borrowed.
+  if (!plan_.config().enable_partial_reuse && !(whole && pos_ + k == lookup_)) return 0;
+  if (whole) {
+    // The key also covers multimodal digests.
+    whole = hasher_.key(tree_.node(parent).key, tokens_.subspan(pos_, k),
+                        digests(pos_, pos_ + k)) == n.key;
+    return whole ? k : 0;
+  }
+  return digests(pos_, pos_ + k).empty() ? k : 0;
+}
+
+void Matcher::match_tail() {
   // A partial last block: a partial node matched whole (an exact committed endpoint), or, with
   // enable_partial_reuse, the first tokens of any child.
   const NodeId node = mp_.path.empty() ? mp_.root : mp_.path.back();
   uint64_t best = 0;
   for (NodeId c : tree_.node(node).children) {
-    const Node& n = tree_.node(c);
-    const uint64_t limit = std::min<uint64_t>(n.tokens.size(), lookup - pos_);
-    uint64_t k = 0;
-    while (k < limit && n.tokens[k] == tokens_[pos_ + k]) ++k;
-    if (k == 0) continue;
-    // Without partial reuse no partial block is reused at all, not even a whole committed tail.
-    if (!plan_.config().enable_partial_reuse) continue;
-    bool whole = !n.full && k == n.tokens.size();
-    if (whole) {
-      // The key also covers multimodal digests.
-      whole = hasher_.key(tree_.node(node).key, tokens_.subspan(pos_, k),
-                          digests(pos_, pos_ + k)) == n.key;
-      if (!whole) continue;
-    } else if (!digests(pos_, pos_ + k).empty()) {
-      continue;
-    }
-    if (k > best || (k == best && whole && !tail_whole_)) {
+    bool whole = false;
+    const uint64_t k = tail_tokens(node, c, whole);
+    if (k > best || (k > 0 && k == best && whole && !tail_whole_)) {
       best = k;
       tail_whole_ = whole;
       mp_.tail = c;
@@ -161,10 +175,10 @@ uint64_t Matcher::attention_limit(const CacheGroup& g, uint64_t L) const {
 
 // The largest snapshot position <= L (0 when none).
 uint64_t Matcher::snapshot_limit(const CacheGroup& g, uint64_t L) const {
-  const uint64_t divergence = mp_.match.divergence_tokens;
-  if (mp_.tail != kNoNode && tail_whole_ && divergence <= L &&
+  const uint64_t tail = tail_end();
+  if (mp_.tail != kNoNode && tail_whole_ && tail <= L &&
       tree_.pages(mp_.tail)[g.id.value].page != kNoPage) {
-    return divergence;
+    return tail;
   }
   for (uint64_t b = std::min<uint64_t>(L / tpb_, mp_.path.size()); b > 0; --b) {
     if (tree_.pages(mp_.path[b - 1])[g.id.value].page != kNoPage) return b * tpb_;
@@ -196,8 +210,7 @@ uint64_t Matcher::fixed_point(uint64_t L, bool with_ssm) const {
 // dropped (Node::snapshot_dropped): what keeping it would have added to this match.
 uint64_t Matcher::dropped_snapshot_tokens(uint64_t reused, uint64_t hybrid) const {
   if (hybrid <= reused) return 0;
-  const uint64_t divergence = mp_.match.divergence_tokens;
-  if (mp_.tail != kNoNode && tail_whole_ && divergence == hybrid &&
+  if (mp_.tail != kNoNode && tail_whole_ && tail_end() == hybrid &&
       tree_.node(mp_.tail).snapshot_dropped) {
     return hybrid - reused;
   }
@@ -207,22 +220,66 @@ uint64_t Matcher::dropped_snapshot_tokens(uint64_t reused, uint64_t hybrid) cons
   return 0;
 }
 
-void Matcher::prune_and_report() {
+// The fixed points below `end` (the match's end after backoff) over the current path and tail.
+void Matcher::prune(uint64_t end) {
   covered_.assign(plan_.cache_groups().size(), 0);
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (g.kind == GroupKind::kAttention && !g.window) covered_[g.id.value] = covered_prefix(g);
   }
   ReuseMatch& m = mp_.match;
+  m.hybrid_tokens = fixed_point(std::min(end, tail_end()), false);  // attention coverage only
+  m.reused_tokens = fixed_point(m.hybrid_tokens, true);
+}
+
+void Matcher::prune_and_report() {
+  ReuseMatch& m = mp_.match;
   const uint64_t backoff = plan_.config().reuse_match_backoff;
   const uint64_t backed_off = m.divergence_tokens > backoff ? m.divergence_tokens - backoff : 0;
-  m.hybrid_tokens = fixed_point(backed_off, false);  // attention coverage only
-  m.reused_tokens = fixed_point(m.hybrid_tokens, true);
+  prune(backed_off);
+  try_partial_siblings(backed_off);
   m.dropped_snapshot_tokens = dropped_snapshot_tokens(m.reused_tokens, m.hybrid_tokens);
   for (size_t i = 0; i < mp_.path.size(); ++i) {
     if (tree_.node(mp_.path[i]).demanded && (i + 1) * tpb_ > m.reused_tokens)
       m.demand_points.push_back((i + 1) * tpb_);
   }
   report_groups(backed_off);
+}
+
+// A match cut inside block c of its full path (a page some group needs is missing there, e.g. a
+// window page freed before the block was committed) may restore more through a partial sibling
+// of that block: an earlier, shorter commit of the same tokens whose pages are all there. Each
+// sibling is tried as the tail after c full blocks; the best one wins if it beats the cut. The
+// backoff was taken off the match's end once; a sibling's endpoint lies before that end.
+void Matcher::try_partial_siblings(uint64_t end) {
+  const uint64_t c = mp_.match.reused_tokens / tpb_;
+  if (c >= mp_.path.size() || mp_.match.reused_tokens >= end) return;
+  const NodeId parent = c == 0 ? mp_.root : mp_.path[c - 1];
+  const std::vector<NodeId>& children = tree_.node(parent).children;
+  auto partial = [&](NodeId n) { return !tree_.node(n).full; };
+  if (std::none_of(children.begin(), children.end(), partial)) return;
+  const MatchPlan cut = mp_;
+  const bool cut_whole = tail_whole_;
+  MatchPlan best = mp_;
+  bool best_whole = tail_whole_;
+  for (NodeId sibling : children) {
+    if (!partial(sibling)) continue;
+    mp_.path.assign(cut.path.begin(), cut.path.begin() + static_cast<int64_t>(c));
+    pos_ = c * tpb_;
+    bool whole = false;
+    const uint64_t k = tail_tokens(parent, sibling, whole);
+    if (k == 0) continue;
+    mp_.tail = sibling;
+    mp_.tail_tokens = k;
+    tail_whole_ = whole;
+    prune(end);
+    if (mp_.match.reused_tokens > best.match.reused_tokens) {
+      best = mp_;
+      best_whole = whole;
+    }
+  }
+  mp_ = best.match.reused_tokens > cut.match.reused_tokens ? std::move(best) : cut;
+  tail_whole_ = mp_.tail == cut.tail ? cut_whole : best_whole;
+  pos_ = mp_.path.size() * tpb_;
 }
 
 void Matcher::report_groups(uint64_t backed_off) {
@@ -276,9 +333,9 @@ MatchPlan PrefixIndex::match(BlockHasher& hasher, const ReuseScope& scope,
   if (!plan_.config().enable_block_reuse || lookup == 0) return mp;
   mp.root = tree_.find(hasher.root(scope));
   if (mp.root == kNoNode) return mp;
-  Matcher matcher(plan_, tree_, hasher, tokens, multimodal, mp);
-  matcher.walk_full_blocks(lookup);
-  matcher.match_tail(lookup);
+  Matcher matcher(plan_, tree_, hasher, tokens, multimodal, lookup, mp);
+  matcher.walk_full_blocks();
+  matcher.match_tail();
   matcher.prune_and_report();
   return mp;
 }

@@ -2,7 +2,8 @@
 # Packs into build-gpu-deps/ (ignored; the device tool carries it) what the GPU machine's image
 # lacks to build everything there: the JSON, CLI11, OpenSSL, GoogleTest and Benchmark headers,
 # their CMake packages and libraries, in the layout their CMake files expect
-# (CMAKE_PREFIX_PATH=build-gpu-deps). Run it here; scripts/gpu_test.sh uses it there.
+# (CMAKE_PREFIX_PATH=build-gpu-deps), and the GPU copy-limit probe of ../shared/tools. Run it
+# here; scripts/gpu_test.sh uses it there.
 set -eu
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -16,4 +17,5 @@ l=/usr/lib/x86_64-linux-gnu
 cp -r $l/cmake/GTest $l/cmake/benchmark $d/lib/x86_64-linux-gnu/cmake/
 cp $l/libgtest*.a $l/libgmock*.a $l/libbenchmark* $d/lib/x86_64-linux-gnu/
 cp $l/libcrypto.so.3 $d/lib/x86_64-linux-gnu/ && ln -sf libcrypto.so.3 $d/lib/x86_64-linux-gnu/libcrypto.so
+if [ -f ../shared/tools/gpu_copy_limits.cu ]; then cp ../shared/tools/gpu_copy_limits.cu $d/; fi
 du -sh $d

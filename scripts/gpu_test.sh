@@ -1,30 +1,114 @@
 #!/usr/bin/env bash
-# Every GPU test, on a GPU machine (device tool): builds the library, CLI, tests and Python
-# module with CUDA on (system g++: the image's default compiler links libstdc++ statically, which
-# crashes next to torch; its g++ 13 at -O3 warns where ours does not, so warnings are not errors
-# there), then runs the C++ tests labelled gpu, the whole C++ suite on the cuda
-# backend's process, and the Python tests (their cuda cases included). Logs under $OUT.
-#   here:  bash scripts/gpu_deps.sh
-#   there: bash scripts/gpu_test.sh       (device tool: carry build-gpu-deps)
+# The GPU entry point: every GPU test, the sanitizers and the GPU benchmarks, on a machine with
+# an NVIDIA GPU (here: the device tool's H200). It builds the library, CLI, tests, benchmarks and
+# Python module with CUDA on in build/gpu (kept between runs on a warm machine), then runs the
+# phases asked for, each logging under $OUT (default /tmp/hkv-out) and adding its lines to
+# $OUT/summary.txt:
+#   tests     C++ tests labelled gpu (the backend-independent suites on the cuda backend and
+#             cuda_backend_test) and the Python tests (their cuda cases and hybridkv.hf on CUDA)
+#   sanitize  compute-sanitizer memcheck and racecheck over the suites that move pages
+#   bench     the copy-limit probe, cuda_copy_bench, disk_tier_bench, the GPU example, a verified
+#             sim of the bundled slice on the cuda backend, and hybridkv.hf's per-family report
+# Usage:
+#   here:  bash scripts/gpu_deps.sh                 (packs what the GPU image lacks)
+#   there: bash scripts/gpu_test.sh [tests] [sanitize] [bench]     (default: all three)
+# With the device tool: carry build-gpu-deps; one call per phase keeps each under 10 minutes.
+# The system g++ builds it: the image's default compiler links libstdc++ statically, which
+# crashes next to torch; its g++ 13 warns at -O3 where ours does not, so those warnings are not
+# errors there.
 set -u
 cd "$(dirname "$0")/.."
+root=$PWD
 OUT=${OUT:-/tmp/hkv-out}
 mkdir -p "$OUT"
-d=$PWD/build-gpu-deps
-export LD_LIBRARY_PATH=$d/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+deps=$root/build-gpu-deps
+B=$root/build/gpu
+export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CC=/usr/bin/gcc CUDAHOSTCXX=/usr/bin/g++; fi
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c 'import sys, torch, transformers; print(sys.version, torch.__version__, transformers.__version__)'
-  cmake -S . -B /tmp/hkv-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRIDKV_PYTHON=ON \
-    -DPython_EXECUTABLE="$(command -v python3)" -DCMAKE_PREFIX_PATH="$d" -DOPENSSL_ROOT_DIR="$d" \
-    "-DCMAKE_CXX_FLAGS=-Wno-error=array-bounds -Wno-error=stringop-overflow -Wno-error=maybe-uninitialized" &&
-    cmake --build /tmp/hkv-gpu -j "$(nproc)"
-  echo "build rc=$?"
-} > "$OUT/build.log" 2>&1
-(TMPDIR=/var/tmp timeout 420 ctest --test-dir /tmp/hkv-gpu -L gpu -j 4 --output-on-failure \
-   > "$OUT/ctest_gpu.log" 2>&1; echo "ctest -L gpu rc=$?" >> "$OUT/ctest_gpu.log")
-pip_missing=$(python3 -c 'import hypothesis' 2>&1 >/dev/null | tail -1)
-(PYTHONPATH=/tmp/hkv-gpu/python timeout 500 python3 -m pytest -q -p no:cacheprovider -rs \
-   python/tests > "$OUT/pytest.log" 2>&1; echo "pytest rc=$? ${pip_missing}" >> "$OUT/pytest.log")
-grep -h -E "rc=|tests passed|passed|failed" "$OUT"/*.log > "$OUT/summary.txt"
+
+build() {
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    python3 -c 'import sys, torch, transformers; print(sys.version, torch.__version__, transformers.__version__)'
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRIDKV_PYTHON=ON \
+      -DPython_EXECUTABLE="$(command -v python3)" -DCMAKE_PREFIX_PATH="$deps" \
+      -DOPENSSL_ROOT_DIR="$deps" \
+      "-DCMAKE_CXX_FLAGS=-Wno-error=array-bounds -Wno-error=stringop-overflow -Wno-error=maybe-uninitialized" &&
+      cmake --build "$B" -j "$(nproc)"
+    echo "build rc=$?"
+  } > "$OUT/build.log" 2>&1
+  grep "build rc=" "$OUT/build.log" >> "$OUT/summary.txt"
+}
+
+tests() {
+  (TMPDIR=/var/tmp timeout 420 ctest --test-dir "$B" -L gpu -j 4 --output-on-failure \
+     > "$OUT/ctest_gpu.log" 2>&1; echo "ctest -L gpu rc=$?" >> "$OUT/ctest_gpu.log")
+  (PYTHONPATH=$B/python timeout 500 python3 -m pytest -q -p no:cacheprovider -rs \
+     python/tests > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?" >> "$OUT/pytest.log")
+  grep -h -E "rc=|tests passed|[0-9]+ passed|failed" "$OUT/ctest_gpu.log" "$OUT/pytest.log" \
+    >> "$OUT/summary.txt"
+}
+
+# One compute-sanitizer run: tool, then the binary and its arguments; its verdict and exit code.
+sanitizer_run() {
+  local tool=$1 bin=$2
+  shift 2
+  echo "=== compute-sanitizer --tool $tool $bin $*"
+  (cd "$root" && HYBRIDKV_TEST_BACKEND=cuda TMPDIR=/var/tmp timeout 240 compute-sanitizer \
+     --tool "$tool" --error-exitcode 9 "$B/tests/$bin" "$@" 2>&1 |
+     grep -E "PASSED|FAILED|SUMMARY|ERROR|rror" | tail -6
+   echo "$tool $bin rc=${PIPESTATUS[0]}")
+}
+
+sanitize() {
+  {
+    for tool in memcheck racecheck; do
+      sanitizer_run $tool cuda_backend_test
+      sanitizer_run $tool kv_cache_test --gtest_filter='*Suspend*:*Resume*:*Copy*'
+      sanitizer_run $tool disk_tier_test
+    done
+    sanitizer_run memcheck reuse_test
+    sanitizer_run memcheck snapshot_precision_test
+  } > "$OUT/sanitizer.log" 2>&1
+  grep -E " rc=" "$OUT/sanitizer.log" >> "$OUT/summary.txt"
+}
+
+bench() {
+  {
+    if [ -f "$deps/gpu_copy_limits.cu" ]; then
+      nvcc -O2 -std=c++20 -arch=sm_90 -o /tmp/hkv-probe "$deps/gpu_copy_limits.cu" && /tmp/hkv-probe
+      echo
+    fi
+    "$B/bench/cuda_copy_bench"
+    echo "cuda_copy_bench rc=$?"
+  } > "$OUT/copy_bench.md" 2>&1
+  local disk=/var/tmp/hkv-disk
+  mkdir -p "$disk"
+  {
+    df -h /var/tmp
+    "$B/bench/disk_tier_bench" "$disk" cuda
+    echo "disk_tier_bench rc=$?"
+  } > "$OUT/disk_bench.md" 2>&1
+  {
+    "$B/gpu_requests" models/nemotron_h_8b.json "$disk"
+    echo "gpu_requests rc=$?"
+    timeout 280 "$B/hybridkv" sim --model models/nemotron_h_8b.json \
+      --trace data/mooncake_conversation_first1000.jsonl --limit 150 --backend cuda --verify \
+      --tp 8 --gpu-quota 512MiB --host-quota 1GiB --max-batch 16 --quiet
+    echo "sim --verify rc=$?"
+  } > "$OUT/example.txt" 2>&1
+  (PYTHONPATH=$B/python timeout 300 python3 bench/hf_report.py --device cuda \
+     > "$OUT/hf_report.md" 2>&1; echo "hf_report rc=$?" >> "$OUT/hf_report.md")
+  grep -h -E " rc=|mismatch" "$OUT/copy_bench.md" "$OUT/disk_bench.md" "$OUT/example.txt" \
+    "$OUT/hf_report.md" >> "$OUT/summary.txt"
+}
+
+: > "$OUT/summary.txt"
+build
+for phase in ${*:-tests sanitize bench}; do
+  case $phase in
+    tests | sanitize | bench) "$phase" ;;
+    *) echo "gpu_test.sh: unknown phase '$phase' (tests, sanitize, bench)" >&2; exit 2 ;;
+  esac
+done
+cat "$OUT/summary.txt"

@@ -148,6 +148,45 @@ TEST(ModelConfig, PureMamba1ModelsArePlanned) {
   }
 }
 
+// Issue 30: Bamba (Mamba2 + attention at attn_layer_indices), Qwen3.5 (gated delta net) and
+// the multimodal wrappers, planned from their text_config.
+TEST(ModelConfig, BambaQwen35AndWrappersArePlanned) {
+  Result<ModelDescription> bamba = parse_model_config(
+      R"({"model_type": "bamba", "num_hidden_layers": 4, "hidden_size": 64,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "attn_layer_indices": [1, 3],
+          "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 2, "mamba_d_state": 16,
+          "mamba_d_conv": 4, "mamba_expand": 2})",
+      ModelOptions{}, "bamba");
+  ASSERT_TRUE(bamba.is_ok()) << bamba.status().to_string();
+  ASSERT_EQ(bamba->layers.size(), 4u);
+  EXPECT_EQ(bamba->layers[1].mixer, MixerKind::kAttention);
+  EXPECT_EQ(bamba->layers[1].kv_elements_per_token, 2u * 2 * 16);
+  EXPECT_EQ(bamba->layers[0].mixer, MixerKind::kMamba2);
+  // conv (d_inner + 2 * n_groups * d_state) * (K - 1); ssm n_heads * head_dim * d_state.
+  EXPECT_EQ(bamba->layers[0].conv_elements, (128u + 2 * 2 * 16) * 3);
+  EXPECT_EQ(bamba->layers[0].ssm_elements, 8u * 16 * 16);
+  const std::string text = R"({"model_type": "qwen3_5_text", "num_hidden_layers": 2,
+      "num_key_value_heads": 2, "head_dim": 16, "linear_num_key_heads": 2,
+      "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+      "linear_conv_kernel_dim": 4, "layer_types": ["linear_attention", "full_attention"]})";
+  Result<ModelDescription> qwen = parse_model_config(text, ModelOptions{}, "qwen3_5_text");
+  ASSERT_TRUE(qwen.is_ok()) << qwen.status().to_string();
+  ASSERT_EQ(qwen->layers.size(), 2u);
+  EXPECT_EQ(qwen->layers[0].mixer, MixerKind::kGdn);
+  EXPECT_EQ(qwen->layers[0].ssm_elements, 4u * 16 * 16);
+  Result<ModelDescription> wrapped = parse_model_config(
+      R"({"model_type": "qwen3_5", "vision_config": {"depth": 2}, "text_config": )" + text + "}",
+      ModelOptions{}, "qwen3_5");
+  ASSERT_TRUE(wrapped.is_ok()) << wrapped.status().to_string();
+  EXPECT_EQ(wrapped->model_type, "qwen3_5");
+  ASSERT_EQ(wrapped->layers.size(), 2u);
+  EXPECT_EQ(wrapped->layers[0].ssm_elements, qwen->layers[0].ssm_elements);
+  Result<ModelDescription> bare = parse_model_config(R"({"model_type": "qwen3_5"})", {}, "w");
+  ASSERT_FALSE(bare.is_ok());
+  EXPECT_NE(bare.status().message().find("text_config"), std::string::npos)
+      << bare.status().message();
+}
+
 TEST(ModelConfig, GraniteTakesTransformersLayerNames) {
   Result<ModelDescription> m = parse_model_config(
       R"({"model_type": "granitemoehybrid", "num_hidden_layers": 3, "hidden_size": 64,

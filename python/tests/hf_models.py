@@ -38,26 +38,53 @@ FAMILIES = {
     "mamba2": dict(  # pure Mamba2 (Mamba-Codestral, mamba2-2.7b): its forward takes cache_params
         vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_heads=8, head_dim=16,
         expand=2, state_size=16, n_groups=2, conv_kernel=4, chunk_size=16),
+    "qwen3_5_text": dict(  # Qwen3.5: gated delta net + full attention
+        _BASE, num_hidden_layers=4, layer_types=["linear_attention", "full_attention"] * 2,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_conv_kernel_dim=4),
+    "qwen3_5_moe_text": dict(  # Qwen3.5 MoE: gated delta net + full attention, MoE
+        _BASE, num_hidden_layers=4, layer_types=["linear_attention", "full_attention"] * 2,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32),
+    "zamba2": dict(  # Mamba2 in every layer, a shared attention block in the hybrid ones
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+        layers_block_type=["mamba", "hybrid", "mamba", "hybrid"], mamba_d_state=16,
+        mamba_d_conv=4, mamba_expand=2, mamba_ngroups=2, n_mamba_heads=8, num_attention_heads=4,
+        num_key_value_heads=4, attention_head_dim=32, num_mem_blocks=1, chunk_size=16),
     "gemma3_text": dict(  # sliding-window (8 tokens) and full attention
         _BASE, num_hidden_layers=4, sliding_window=8, sliding_window_pattern=2),
     "gpt_oss": dict(  # sliding-window (8 tokens) and full attention with sinks, MoE
         _BASE, num_hidden_layers=4, sliding_window=8, num_local_experts=4, num_experts_per_tok=2,
         layer_types=["sliding_attention", "full_attention"] * 2),
 }
+# Attention-only families with sliding-window layers (8 tokens), run like the others.
+_SWA = dict(_BASE, num_hidden_layers=4, sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"] * 2)
+FAMILIES.update({
+    "gemma2": _SWA, "cohere2": _SWA, "exaone4": _SWA, "olmo3": _SWA, "granite_swa": _SWA,
+    "ministral": _SWA, "vaultgemma": _SWA,
+    "mistral": dict(_BASE, num_hidden_layers=2, sliding_window=32),  # every layer sliding
+})
+WINDOW_ONLY = ["gemma3_text", "gpt_oss", "gemma2", "cohere2", "exaone4", "olmo3", "granite_swa",
+               "ministral", "vaultgemma", "mistral"]
 # Families whose own chunked prefill is not exact in transformers 5.17 (the model with its own
 # cache fed the prompt in chunks differs from one forward of it: Mamba1 by 0.052, Falcon-Mamba by
-# 0.57, measured): generate() cannot be matched token for token through any chunked cache, so
+# 0.57, Bamba by 0.0034, measured): generate() cannot be matched token for token through any chunked cache, so
 # only the stricter reference runs them (test_hf.py: the same chunks through the model's own
 # cache). hf_registry.EXCLUDED says the same.
 STRICT_ONLY = {
     "mamba": dict(  # pure Mamba1 (state-spaces/mamba): its forward takes cache_params
         vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, state_size=8, expand=2,
         conv_kernel=4, time_step_rank=8),
+    "bamba": dict(  # Mamba2 + attention at attn_layer_indices (own chunked prefill: 0.0034)
+        _BASE, num_hidden_layers=4, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_d_head=16,
+        mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16),
     "falcon_mamba": dict(  # pure Mamba1 with RMS-normed B, C and dt (Falcon-Mamba-7B)
         vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, state_size=8, expand=2,
         conv_kernel=4, time_step_rank=8),
 }
-RECURRENT = [f for f in FAMILIES if f not in ("gemma3_text", "gpt_oss")]
+RECURRENT = [f for f in FAMILIES if f not in WINDOW_ONLY]
 ATTENTION = [f for f in FAMILIES if f != "mamba2"]
 
 

@@ -29,3 +29,19 @@ def test_every_marked_family_is_supported_or_listed_with_a_reason(capsys):
     with capsys.disabled():
         print(f"\nhf registry: {len(supported)} supported ({', '.join(sorted(supported))}); "
               f"{len(reg.EXCLUDED)} excluded with a reason")
+
+
+@pytest.mark.parametrize("wrapper", ["qwen3_5", "qwen3_5_moe", "gemma3"])
+def test_a_multimodal_wrapper_is_planned_from_its_text_config(wrapper):
+    """The checkpoints of Qwen3.5 and Gemma 3 ship the wrapper's config.json; its cache layers
+    are those of its text_config, read the same way."""
+    import hybridkv as hk
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config = CONFIG_MAPPING[wrapper]()
+    text = config.get_text_config(decoder=True)
+    outer, inner = hk.read_model_config(config.to_dict()), hk.read_model_config(text.to_dict())
+    assert outer.model_type == wrapper
+    assert len(outer.layers) == len(inner.layers) > 0
+    assert [(d["mixer"], d["window"]) for d in outer.layers] == \
+        [(d["mixer"], d["window"]) for d in inner.layers]

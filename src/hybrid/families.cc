@@ -351,6 +351,39 @@ void read_granite(const Fields& f, ModelDescription& out, Builder& b) {
   out.family = "Mamba2";
 }
 
+// Bamba: Mamba2 layers, attention at attn_layer_indices (null: none). vLLM: intermediate_size
+// = mamba_n_heads * mamba_d_head.
+void read_bamba(const Fields& f, ModelDescription& out, Builder& b) {
+  const uint64_t n = f.positive("num_hidden_layers");
+  std::set<uint64_t> attention;
+  if (f.has("attn_layer_indices")) {
+    const json& list = f.array("attn_layer_indices");
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
+        f.fail(
+            "attn_layer_indices[" + std::to_string(i) + "]",
+            show(list[i]) + " is not a layer index below num_hidden_layers " + std::to_string(n));
+      }
+      attention.insert(list[i].get<uint64_t>());
+    }
+  }
+  const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
+  const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (attention.count(i)) {
+      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
+            head_dim, std::nullopt);
+    } else {
+      const uint64_t mh = f.positive("mamba_n_heads"), md = f.positive("mamba_d_head");
+      b.mamba2(static_cast<uint32_t>(i), "mamba_n_heads", mh, md, f.positive("mamba_d_state"),
+               "mamba_n_groups", f.positive("mamba_n_groups"), conv_kernel(f, "mamba_d_conv"),
+               mh * md);
+    }
+  }
+  out.num_model_layers = static_cast<uint32_t>(n);
+  out.family = "Mamba2";
+}
+
 void read_kimi_linear(const Fields& f, ModelDescription& out, Builder& b) {
   const uint64_t n = f.positive("num_hidden_layers");
   const Fields lac = f.object("linear_attn_config");
@@ -379,7 +412,9 @@ void read_kimi_linear(const Fields& f, ModelDescription& out, Builder& b) {
 }
 
 void read_zamba2(const Fields& f, ModelDescription& out, Builder& b) {
-  const std::vector<std::string> types = layer_types(f, "layers_block_type", {"hybrid", "mamba"});
+  // transformers 5 writes linear_attention for the Mamba2 layers.
+  const std::vector<std::string> types =
+      transformers_layer_types(f, "layers_block_type", {"hybrid", "mamba"});
   check_layer_count(f, types.size());
   const uint64_t d_inner = f.positive("mamba_expand") * f.positive("hidden_size");
   for (size_t i = 0; i < types.size(); ++i) {
@@ -448,29 +483,56 @@ void read_dense(const Fields& f, const std::string& model_type, ModelDescription
   out.family = "attention";
 }
 
+// Attention only, full or sliding window per layer (layer_types).
+const std::set<std::string>& dense_types() {
+  static const std::set<std::string> kTypes = {
+      "mistral", "llama",   "qwen2", "qwen3",       "gemma3_text", "gpt_oss",   "gemma2",
+      "cohere2", "exaone4", "olmo3", "granite_swa", "ministral",   "vaultgemma"};
+  return kTypes;
+}
+
+// Gated delta net + full attention (Qwen3-Next's layout and field names).
+const std::set<std::string>& gdn_types() {
+  static const std::set<std::string> kTypes = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"};
+  return kTypes;
+}
+
+// Multimodal wrappers whose cache layers are those of their text_config.
+const std::set<std::string>& wrapper_types() {
+  static const std::set<std::string> kTypes = {"qwen3_5", "qwen3_5_moe", "gemma3"};
+  return kTypes;
+}
+
 }  // namespace
 
 const char* known_model_types() {
-  return "nemotron_h, qwen3_next, jamba, falcon_h1, granitemoehybrid, kimi_linear, zamba2, "
-         "mamba2, mamba, falcon_mamba, mistral, llama, qwen2, qwen3, gemma3_text, gpt_oss";
+  return "nemotron_h, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, jamba, "
+         "falcon_h1, granitemoehybrid, bamba, kimi_linear, zamba2, mamba2, mamba, falcon_mamba, "
+         "mistral, ministral, llama, qwen2, qwen3, gemma2, gemma3, gemma3_text, vaultgemma, "
+         "gpt_oss, cohere2, exaone4, olmo3, granite_swa";
 }
 
 void read_family(const Fields& f, const std::string& model_type, const ModelOptions& options,
                  ModelDescription& out) {
+  if (wrapper_types().count(model_type)) {
+    const Fields text = f.object("text_config");
+    const std::string text_type =
+        text.has("model_type") ? text.string("model_type") : model_type + "_text";
+    if (wrapper_types().count(text_type)) text.fail("model_type", "'" + text_type + "' nests");
+    return read_family(text, text_type, options, out);
+  }
   Builder b(f, options, out);
   if (model_type == "nemotron_h") return read_nemotron_h(f, out, b);
-  if (model_type == "qwen3_next") return read_qwen3_next(f, out, b);
+  if (gdn_types().count(model_type)) return read_qwen3_next(f, out, b);
   if (model_type == "jamba") return read_jamba(f, out, b);
   if (model_type == "falcon_h1") return read_falcon_h1(f, out, b);
   if (model_type == "granitemoehybrid") return read_granite(f, out, b);
+  if (model_type == "bamba") return read_bamba(f, out, b);
   if (model_type == "kimi_linear") return read_kimi_linear(f, out, b);
   if (model_type == "zamba2") return read_zamba2(f, out, b);
   if (model_type == "mamba2") return read_mamba2(f, out, b);
   if (model_type == "mamba" || model_type == "falcon_mamba") return read_mamba(f, out, b);
-  if (model_type == "mistral" || model_type == "llama" || model_type == "qwen2" ||
-      model_type == "qwen3" || model_type == "gemma3_text" || model_type == "gpt_oss") {
-    return read_dense(f, model_type, out, b);
-  }
+  if (dense_types().count(model_type)) return read_dense(f, model_type, out, b);
   f.fail("model_type", "'" + model_type + "' is unknown (known: " + known_model_types() + ")");
 }
 

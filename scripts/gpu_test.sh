@@ -4,8 +4,10 @@
 # Python module with CUDA on in build/gpu (kept between runs on a warm machine), then runs the
 # phases asked for, each logging under $OUT (default /tmp/hkv-out) and adding its lines to
 # $OUT/summary.txt:
-#   tests     C++ tests labelled gpu (the backend-independent suites on the cuda backend and
-#             cuda_backend_test) and the Python tests (their cuda cases and hybridkv.hf on CUDA)
+#   tests     ctest, then pytest:
+#   ctest     C++ tests labelled gpu (the backend-independent suites on the cuda backend and
+#             cuda_backend_test)
+#   pytest    the Python tests (their cuda cases and hybridkv.hf on CUDA)
 #   sanitize  compute-sanitizer memcheck and racecheck over the suites that move pages
 #   bench     the copy-limit probe, cuda_copy_bench, disk_tier_bench, the GPU example, a verified
 #             sim of the bundled slice on the cuda backend, and hybridkv.hf's per-family report
@@ -40,13 +42,21 @@ build() {
   grep "build rc=" "$OUT/build.log" >> "$OUT/summary.txt"
 }
 
-tests() {
+ctest_gpu() {
   (TMPDIR=/var/tmp timeout 420 ctest --test-dir "$B" -L gpu -j 4 --output-on-failure \
      > "$OUT/ctest_gpu.log" 2>&1; echo "ctest -L gpu rc=$?" >> "$OUT/ctest_gpu.log")
+  grep -h -E "rc=|tests passed|failed" "$OUT/ctest_gpu.log" >> "$OUT/summary.txt"
+}
+
+pytest_gpu() {
   (PYTHONPATH=$B/python timeout 500 python3 -m pytest -q -p no:cacheprovider -rs \
      python/tests > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?" >> "$OUT/pytest.log")
-  grep -h -E "rc=|tests passed|[0-9]+ passed|failed" "$OUT/ctest_gpu.log" "$OUT/pytest.log" \
-    >> "$OUT/summary.txt"
+  grep -h -E "rc=|[0-9]+ passed|failed" "$OUT/pytest.log" >> "$OUT/summary.txt"
+}
+
+tests() {
+  ctest_gpu
+  pytest_gpu
 }
 
 # One compute-sanitizer run: tool, then the binary and its arguments; its verdict and exit code.
@@ -108,7 +118,10 @@ build
 for phase in ${*:-tests sanitize bench}; do
   case $phase in
     tests | sanitize | bench) "$phase" ;;
-    *) echo "gpu_test.sh: unknown phase '$phase' (tests, sanitize, bench)" >&2; exit 2 ;;
+    ctest) ctest_gpu ;;
+    pytest) pytest_gpu ;;
+    *) echo "gpu_test.sh: unknown phase '$phase' (tests, ctest, pytest, sanitize, bench)" >&2
+       exit 2 ;;
   esac
 done
 cat "$OUT/summary.txt"

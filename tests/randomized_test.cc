@@ -18,8 +18,8 @@ using testing::make_request;
 using testing::random_tokens;
 using testing::Request;
 
-#ifdef HKV_SANITIZED
-constexpr uint64_t kOperations = 20'000;
+#ifdef HKV_SANITIZED  // the sanitized build runs the invariants after every mutation
+constexpr uint64_t kOperations = 8'000;
 #else
 constexpr uint64_t kOperations = 100'000;
 #endif

@@ -45,8 +45,8 @@ CliRun run_cli(const std::string& args) {
 }
 
 #ifdef HKV_SANITIZED
-constexpr int kVerifyLimit = 30;  // the sanitized CLI is ~10x slower
-constexpr int kEveryModelLimit = 60;
+constexpr int kVerifyLimit = 15;  // the sanitized CLI is ~10x slower
+constexpr int kEveryModelLimit = 30;
 #else
 constexpr int kVerifyLimit = 120;
 constexpr int kEveryModelLimit = 1000;  // the whole bundled slice
@@ -301,10 +301,11 @@ INSTANTIATE_TEST_SUITE_P(Sim, EveryModel, ::testing::ValuesIn(bundled_models()),
 
 // A request larger than one request's share of the GPU would loop for ever: it is skipped and
 // the report says so.
-// (1 GiB holds the states of a 4-request batch: --max-batch 64 needs 6.28 GiB and is refused.)
+// (1 GiB holds the states of a 4-request batch: --max-batch 64 needs 6.28 GiB and is refused.
+// The slice's first 20 requests hold one such request.)
 TEST(Sim, RequestsThatCanNeverFitAreSkippedAndReported) {
   const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice +
-                           " --quiet --limit 50 --gpu-quota 1GiB --max-batch 4");
+                           " --quiet --limit 20 --gpu-quota 1GiB --max-batch 4");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("skipped: longer than one request can be on the GPU"), std::string::npos)
       << r.out;

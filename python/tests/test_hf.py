@@ -77,7 +77,7 @@ def test_single_request(family, backend):
     assert pm.forward_tokens == len(p) + NEW - 1
 
 
-@pytest.mark.parametrize("family", list(hm.FAMILIES))
+@pytest.mark.parametrize("family", hm.SCENARIOS)
 def test_prefix_reuse_never_recomputes(family, backend):
     pm = paged(family, backend)
     first = hm.prompt(48, seed=2)
@@ -91,7 +91,7 @@ def test_prefix_reuse_never_recomputes(family, backend):
     assert_same(tokens, logits, *hm.reference(pm.model, second, NEW))
 
 
-@pytest.mark.parametrize("family", list(hm.FAMILIES))
+@pytest.mark.parametrize("family", hm.SCENARIOS)
 def test_suspend_to_host_and_resume(family, backend):
     pm = paged(family, backend, max_batch=2)
     p = hm.prompt(40, seed=4)
@@ -131,7 +131,7 @@ def _table(pm, rid):
                                                                                         "key"))
 
 
-@pytest.mark.parametrize("family", list(hm.FAMILIES))
+@pytest.mark.parametrize("family", hm.SCENARIOS)
 def test_chunked_prefill(family, backend):
     pm = paged(family, backend)
     p = hm.prompt(45, seed=5)
@@ -141,7 +141,7 @@ def test_chunked_prefill(family, backend):
     assert_same(tokens, logits, *hm.reference(pm.model, p, NEW))
 
 
-@pytest.mark.parametrize("family", list(hm.FAMILIES))
+@pytest.mark.parametrize("family", hm.SCENARIOS)
 def test_speculative_decoding_with_rejected_drafts(family, backend):
     pm = paged(family, backend, num_spec_tokens=3)
     p = hm.prompt(40, seed=6)
@@ -254,11 +254,24 @@ def _chunked_run(pm, tokens):
 # difference seen 4.8e-7), so those decode steps are held to 1e-6. Bamba's Mamba2 mixer also
 # convolves a prefill chunk that follows another over the state it is given (the others start
 # from the chunk's own padded window), so its fp32 prefill is held to 1e-6 as well (1.19e-7 seen).
-# Qwen3.5-MoE's fp32 prefill and decode differ by up to 8.9e-8 after the first chunk (bf16 and
-# the first chunk are equal to the bit); its gated delta net code is that of Qwen3.5, which is
-# exact, and the cause is not isolated yet: held to 1e-6 too.
+# Qwen3.5 (and Qwen3.5-MoE) differ in fp32 after the first chunk on CPUs (8.9e-8, 6.7e-8 seen);
+# bf16, the first chunk and every CUDA run are equal to the bit; the cause is not isolated yet:
+# held to 1e-6 too. On the CPU, fp32 equality to the bit holds on one machine and not another:
+# the CPU kernels pick their blocking by the inputs' layout and the instruction set (on the
+# ninth session's machine every family was equal; on the tenth's, an AMD EPYC without AVX-512,
+# Mamba2 and Granite differ by up to 1.5e-7, Mamba1 by 9.5e-7), so fp32 on the CPU is held to
+# CPU_FP32_TOL; bf16 on the CPU and everything on CUDA stay exact, with the exceptions above.
 CONV_DECODE_FP32_TOL = 1e-6
-CONV_PREFILL_FAMILIES = ("bamba", "qwen3_5_moe_text")
+CONV_PREFILL_FAMILIES = ("bamba", "qwen3_5_text", "qwen3_5_moe_text")
+CPU_FP32_TOL = 1e-5
+
+
+def _strict_tolerance(family, dtype, device, conv, decode):
+    if dtype != torch.float32:
+        return 0.0
+    if device == "cpu":
+        return CPU_FP32_TOL
+    return CONV_DECODE_FP32_TOL if family in CONV_PREFILL_FAMILIES or (decode and conv) else 0.0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -271,11 +284,10 @@ def test_logits_equal_the_own_cache_run_on_the_same_chunks(family, dtype, backen
     own = hm.own_cache_chunks(model, chunks).cpu()
     logits = logits.cpu()
     prefill = sum(len(c) for c in chunks[:-3])
-    diff = (logits[:prefill] - own[:prefill]).abs().max().item()
-    fp32_conv_prefill = family in CONV_PREFILL_FAMILIES and dtype == torch.float32
-    tol = CONV_DECODE_FP32_TOL if fp32_conv_prefill else 0.0
-    assert diff <= tol, f"prefill: largest logit difference {diff:.3g} on identical chunks"
-    diff = (logits[prefill:] - own[prefill:]).abs().max().item()
     conv = any(d["mixer"] in ("mamba1", "mamba2") for d in pm.description.layers)
-    tol = CONV_DECODE_FP32_TOL if (conv or fp32_conv_prefill) and dtype == torch.float32 else 0.0
+    diff = (logits[:prefill] - own[:prefill]).abs().max().item()
+    tol = _strict_tolerance(family, dtype, device, conv, decode=False)
+    assert diff <= tol, f"prefill: largest logit difference {diff:.3g} > {tol} on identical chunks"
+    diff = (logits[prefill:] - own[prefill:]).abs().max().item()
+    tol = _strict_tolerance(family, dtype, device, conv, decode=True)
     assert diff <= tol, f"decode: largest logit difference {diff:.3g} > {tol}"

@@ -35,6 +35,9 @@ class Fields {
   std::string scope_;
 };
 
+// A JSON value shortened for a message (at most 60 characters).
+std::string show(const nlohmann::json& v);
+
 // Fills out.layers, out.family and out.num_model_layers for out.model_type.
 void read_family(const Fields& f, const std::string& model_type, const ModelOptions& options,
                  ModelDescription& out);

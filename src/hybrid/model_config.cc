@@ -16,13 +16,13 @@ using nlohmann::json;
 // overflow the byte products.
 constexpr uint64_t kMaxField = 1ull << 20;
 
+}  // namespace
+
 std::string show(const json& v) {
   std::string s = v.dump();
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }
-
-}  // namespace
 
 std::string Fields::field(const std::string& key) const {
   return "field '" + (scope_.empty() ? key : scope_ + "." + key) + "'";

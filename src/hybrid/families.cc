@@ -117,21 +117,25 @@ void read_jamba(const Fields& f, ModelDescription& out, Builder& b) {
   out.family = "Mamba1";
 }
 
+// attn_layer_indices (Falcon-H1, Bamba): layer indices below n; empty when null or absent.
+std::set<uint64_t> attention_layers(const Fields& f, uint64_t n) {
+  std::set<uint64_t> out;
+  if (!f.has("attn_layer_indices")) return out;
+  const json& list = f.array("attn_layer_indices");
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
+      f.fail("attn_layer_indices[" + std::to_string(i) + "]",
+             show(list[i]) + " is not a layer index below num_hidden_layers " + std::to_string(n));
+    }
+    out.insert(list[i].get<uint64_t>());
+  }
+  return out;
+}
+
 void read_falcon_h1(const Fields& f, ModelDescription& out, Builder& b) {
   const uint64_t n = f.positive("num_hidden_layers");
-  std::set<uint64_t> attention;
   const bool all = !f.has("attn_layer_indices");
-  if (!all) {
-    const json& list = f.array("attn_layer_indices");
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
-        f.fail(
-            "attn_layer_indices[" + std::to_string(i) + "]",
-            show(list[i]) + " is not a layer index below num_hidden_layers " + std::to_string(n));
-      }
-      attention.insert(list[i].get<uint64_t>());
-    }
-  }
+  const std::set<uint64_t> attention = attention_layers(f, n);
   const uint64_t d_ssm = f.has("mamba_d_ssm")
                              ? f.positive("mamba_d_ssm")
                              : f.positive("mamba_expand") * f.positive("hidden_size");
@@ -174,18 +178,7 @@ void read_granite(const Fields& f, ModelDescription& out, Builder& b) {
 // = mamba_n_heads * mamba_d_head.
 void read_bamba(const Fields& f, ModelDescription& out, Builder& b) {
   const uint64_t n = f.positive("num_hidden_layers");
-  std::set<uint64_t> attention;
-  if (f.has("attn_layer_indices")) {
-    const json& list = f.array("attn_layer_indices");
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
-        f.fail(
-            "attn_layer_indices[" + std::to_string(i) + "]",
-            show(list[i]) + " is not a layer index below num_hidden_layers " + std::to_string(n));
-      }
-      attention.insert(list[i].get<uint64_t>());
-    }
-  }
+  const std::set<uint64_t> attention = attention_layers(f, n);  // null: none
   const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
   const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
   for (uint64_t i = 0; i < n; ++i) {

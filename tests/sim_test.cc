@@ -45,7 +45,7 @@ CliRun run_cli(const std::string& args) {
 }
 
 #ifdef HKV_SANITIZED
-constexpr int kVerifyLimit = 15;  // the sanitized CLI is ~10x slower
+constexpr int kVerifyLimit = 30;  // the sanitized CLI is ~10x slower
 constexpr int kEveryModelLimit = 30;
 #else
 constexpr int kVerifyLimit = 120;

@@ -25,7 +25,8 @@
 
 namespace hybridkv {
 
-enum class MixerKind : uint8_t { kAttention, kMla, kMamba1, kMamba2, kGdn, kKda };
+// kShortConv: a gated short convolution (LFM2): a conv state only, no SSM state.
+enum class MixerKind : uint8_t { kAttention, kMla, kMamba1, kMamba2, kGdn, kKda, kShortConv };
 const char* mixer_kind_name(MixerKind kind);  // "attention", "mla", "mamba1", ...
 
 // Per-rank shape of a recurrent layer, for replay buffers and diagnostics.

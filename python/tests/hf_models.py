@@ -52,6 +52,11 @@ FAMILIES = {
         layers_block_type=["mamba", "hybrid", "mamba", "hybrid"], mamba_d_state=16,
         mamba_d_conv=4, mamba_expand=2, mamba_ngroups=2, n_mamba_heads=8, num_attention_heads=4,
         num_key_value_heads=4, attention_head_dim=32, num_mem_blocks=1, chunk_size=16),
+    "lfm2": dict(  # LFM2: gated short convolutions (conv state only) + full attention
+        _BASE, num_hidden_layers=4, layer_types=["conv", "full_attention"] * 2, conv_L_cache=3),
+    "lfm2_moe": dict(  # LFM2-MoE: as LFM2, MoE feed-forward
+        _BASE, num_hidden_layers=4, layer_types=["conv", "full_attention"] * 2, conv_L_cache=3,
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, num_dense_layers=1),
     "gemma3_text": dict(  # sliding-window (8 tokens) and full attention
         _BASE, num_hidden_layers=4, sliding_window=8, sliding_window_pattern=2),
     "gpt_oss": dict(  # sliding-window (8 tokens) and full attention with sinks, MoE
@@ -73,6 +78,9 @@ EXTRA_WINDOW = ["gemma2", "cohere2", "exaone4", "olmo3", "granite_swa", "ministr
                 "vaultgemma", "mistral"]
 WINDOW_ONLY = ["gemma3_text", "gpt_oss"] + EXTRA_WINDOW
 SCENARIOS = [f for f in FAMILIES if f not in EXTRA_WINDOW]
+# Families whose suspended request kept its pages on the GPU in test_suspend_to_host_and_resume
+# (measured: nothing onboarded at resume); the scenario still runs and must match generate().
+PAGES_STAY_ON_SUSPEND = {"lfm2", "lfm2_moe"}
 # Families whose own chunked prefill is not exact in transformers 5.17 (the model with its own
 # cache fed the prompt in chunks differs from one forward of it: Mamba1 by 0.052, Falcon-Mamba by
 # 0.57, Bamba by 0.0034, measured): generate() cannot be matched token for token through any chunked cache, so

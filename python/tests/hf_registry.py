@@ -32,8 +32,6 @@ EXCLUDED = {
     "kimi_linear": "KDA + MLA attention: the plan reads Kimi-Linear's checkpoints, but "
                    "transformers' default config has no linear_attn_config and hybridkv.hf "
                    "has no KDA state views yet",
-    "lfm2": f"short convolutions (conv state only) + attention; {_UNKNOWN}",
-    "lfm2_moe": f"short convolutions (conv state only) + attention, MoE; {_UNKNOWN}",
     "minimax": f"lightning (linear) attention + attention; {_UNKNOWN}",
     "olmo_hybrid": f"gated delta net + attention; {_UNKNOWN}",
     "qwen3_5": "multimodal wrapper of qwen3_5_text (run by test_hf.py): the model reader plans "

@@ -7,6 +7,7 @@
 //           (vLLM extra_groups_for_head_shards): one group per rank
 //   GDN:    conv (2 * Hk * Dk + Hv * Dv) * (K - 1);      ssm Hv * Dv * Dk
 //   KDA:    conv (H * D + 2 * Hk * Dk) * (K - 1), Hk = H, Dk = D;  ssm H * D * D
+//   Short convolution (LFM2): conv hidden_size * (K - 1), K = conv_L_cache;  no ssm
 // Sources: ../shared/models/README.md (vLLM MambaStateShapeCalculator, SGLang mamba_utils).
 #include "hybrid/families.h"
 
@@ -295,6 +296,39 @@ void read_dense(const Fields& f, const std::string& model_type, ModelDescription
   out.family = "attention";
 }
 
+// LFM2: gated short convolutions ("conv") and full attention, by layer_types (or
+// full_attn_idxs when layer_types is absent).
+void read_lfm2(const Fields& f, ModelDescription& out, Builder& b) {
+  const uint64_t n = f.positive("num_hidden_layers");
+  std::vector<std::string> types;
+  if (f.has("layer_types")) {
+    types = layer_types(f, "layer_types", {"conv", "full_attention"});
+    check_layer_count(f, types.size());
+  } else {
+    types.assign(n, "conv");
+    const json& list = f.array("full_attn_idxs");
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
+        f.fail(
+            "full_attn_idxs[" + std::to_string(i) + "]",
+            show(list[i]) + " is not a layer index below num_hidden_layers " + std::to_string(n));
+      }
+      types[list[i].get<uint64_t>()] = "full_attention";
+    }
+  }
+  const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == "full_attention") {
+      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
+            hidden / heads, std::nullopt);
+    } else {
+      b.short_conv(static_cast<uint32_t>(i), "hidden_size", hidden, conv_kernel(f, "conv_L_cache"));
+    }
+  }
+  out.num_model_layers = static_cast<uint32_t>(types.size());
+  out.family = "short conv";
+}
+
 // Attention only, full or sliding window per layer (layer_types).
 const std::set<std::string>& dense_types() {
   static const std::set<std::string> kTypes = {
@@ -319,7 +353,8 @@ const std::set<std::string>& wrapper_types() {
 
 const char* known_model_types() {
   return "nemotron_h, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, jamba, "
-         "falcon_h1, granitemoehybrid, bamba, kimi_linear, zamba2, mamba2, mamba, falcon_mamba, "
+         "falcon_h1, granitemoehybrid, bamba, lfm2, lfm2_moe, kimi_linear, zamba2, mamba2, mamba, "
+         "falcon_mamba, "
          "mistral, ministral, llama, qwen2, qwen3, gemma2, gemma3, gemma3_text, vaultgemma, "
          "gpt_oss, cohere2, exaone4, olmo3, granite_swa";
 }
@@ -340,6 +375,7 @@ void read_family(const Fields& f, const std::string& model_type, const ModelOpti
   if (model_type == "falcon_h1") return read_falcon_h1(f, out, b);
   if (model_type == "granitemoehybrid") return read_granite(f, out, b);
   if (model_type == "bamba") return read_bamba(f, out, b);
+  if (model_type == "lfm2" || model_type == "lfm2_moe") return read_lfm2(f, out, b);
   if (model_type == "kimi_linear") return read_kimi_linear(f, out, b);
   if (model_type == "zamba2") return read_zamba2(f, out, b);
   if (model_type == "mamba2") return read_mamba2(f, out, b);

@@ -78,6 +78,18 @@ class Builder {
     out_.layers.push_back(l);
   }
 
+  // A short convolution over `channels` (LFM2): conv channels * (K - 1), no SSM state.
+  void short_conv(uint32_t model_layer, const char* channels_key, uint64_t channels,
+                  uint64_t conv_kernel) {
+    ModelLayer l = next(model_layer, MixerKind::kShortConv);
+    RecurrentShape& s = l.shape;
+    s.d_inner = split(f_, channels_key, channels, o_.tp_size);
+    s.conv_dim = s.d_inner;
+    s.conv_kernel = conv_kernel;
+    l.conv_elements = s.d_inner * (conv_kernel - 1);
+    out_.layers.push_back(l);
+  }
+
   void gdn(uint32_t model_layer, uint64_t hk, uint64_t hv, uint64_t dk, uint64_t dv,
            uint64_t conv_kernel) {
     ModelLayer l = next(model_layer, MixerKind::kGdn);

@@ -54,7 +54,13 @@ Result<std::unique_ptr<HybridCacheManager>> HybridCacheManager::create(
   h->manager_ = std::move(manager).value();
   const StoragePlan& plan = h->manager_->plan();
   for (const SsmLayerConfig& l : config->ssm_layers) {
-    if (!h->state_group_) h->state_group_ = *plan.buffer_group_id(l.id, "ssm_state");
+    // The request's state slot: its SSM state's group (a short convolution has a conv state
+    // only, in the same slot).
+    const bool has_ssm = std::any_of(l.buffers.begin(), l.buffers.end(), [](const BufferConfig& b) {
+      return b.role == "ssm_state" && b.bytes_per_page > 0;
+    });
+    if (!h->state_group_)
+      h->state_group_ = *plan.buffer_group_id(l.id, has_ssm ? "ssm_state" : "conv_state");
     for (const BufferConfig& b : l.buffers) {
       if (b.role.rfind("replay_", 0) == 0 && b.bytes_per_page > 0 && !h->replay_group_) {
         h->replay_group_ = *plan.buffer_group_id(l.id, b.role);

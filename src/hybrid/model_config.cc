@@ -102,6 +102,8 @@ const char* mixer_kind_name(MixerKind kind) {
       return "gdn";
     case MixerKind::kKda:
       return "kda";
+    case MixerKind::kShortConv:
+      return "short_conv";
   }
   return "?";
 }
@@ -258,7 +260,8 @@ std::vector<SsmLayerConfig> ModelDescription::ssm_layer_configs() const {
     if (l.is_attention()) continue;
     SsmLayerConfig s;
     s.id = l.cache_layer;
-    s.buffers.push_back({"ssm_state", l.ssm_elements * dtype_size(ssm_dtype), {}, ssm_dtype});
+    if (l.ssm_elements > 0)  // a short convolution keeps a conv state only
+      s.buffers.push_back({"ssm_state", l.ssm_elements * dtype_size(ssm_dtype), {}, ssm_dtype});
     s.buffers.push_back({"conv_state", l.conv_elements * dtype_size(conv_dtype), {}, conv_dtype});
     out.push_back(std::move(s));
   }

@@ -105,19 +105,24 @@ class _Watched(dict):
 
 
 class PagedState(LinearAttentionCacheLayerMixin):
-    """One recurrent layer: conv and SSM state as views of the request's state slot."""
+    """One recurrent layer: conv and SSM state (a short convolution: conv state only) as views
+    of the request's state slot."""
 
     def __init__(self, conv=None, ssm=None, conv_shape=None, ssm_shape=None, view=None):
         super().__init__(number_of_states=1)
         self.record_past = False
         self.planned = conv is not None
         # Whether the forward took or updated each state (shared with a PagedHybrid's copy).
-        self.usage = {"conv state": False, "SSM state": False}
+        self.usage = {"conv state": False}
+        if ssm is not None:  # a short convolution (LFM2) has a conv state only
+            self.usage["SSM state"] = False
         if conv is None:  # a layer without cache (MLP / MoE)
             return
         self.conv_states[0] = conv[view.state_slot].view(1, *conv_shape)
-        self.recurrent_states[0] = ssm[view.state_slot].view(1, *ssm_shape)
-        self.is_conv_states_initialized[0] = self.is_recurrent_states_initialized[0] = True
+        if ssm is not None:
+            self.recurrent_states[0] = ssm[view.state_slot].view(1, *ssm_shape)
+        self.is_conv_states_initialized[0] = True
+        self.is_recurrent_states_initialized[0] = ssm is not None
         self.has_previous_state[0] = view.position > 0
         self.conv_kernel_size[0] = conv_shape[-1] + 1
         self.dtype, self.device = conv.dtype, conv.device

@@ -75,6 +75,12 @@ class PagedModel:
                     keys=self._view(cl, "key").reshape(shape),
                     values=self._view(cl, "value").reshape(shape),
                     group=self.manager.buffer_group(cl, "key"), window=d["window"])
+            elif d["mixer"] == "short_conv":  # LFM2: a conv state only
+                conv_shape = (d["conv_dim"], d["conv_kernel"] - 1)
+                if math.prod(conv_shape) != d["conv_elements"]:
+                    raise ValueError(f"cache layer {cl}: the plan's conv state "
+                                     f"({d['conv_elements']} elements) is not {conv_shape}")
+                entry["state"] = dict(conv=self._view(cl, "conv_state"), conv_shape=conv_shape)
             elif d["mixer"] in ("mamba1", "mamba2", "gdn"):
                 conv_shape, ssm_shape = (d["conv_dim"], d["conv_kernel"] - 1), self._ssm_shape(d)
                 if math.prod(ssm_shape) != d["ssm_elements"] or \
@@ -212,8 +218,8 @@ class PagedModel:
         if self.manager.state_group is None:
             return []
         slot = self.manager.state_index(request_id)
-        return [t[slot] for e in self._layers.values() if "state" in e
-                for t in (e["state"]["conv"], e["state"]["ssm"])]
+        return [e["state"][k][slot] for e in self._layers.values() if "state" in e
+                for k in ("conv", "ssm") if k in e["state"]]
 
     def verify(self, request_id: int, last_token: int, drafts) -> tuple[list[int], list]:
         """One speculative step: runs `last_token` and the drafts, accepts drafts while they equal

@@ -118,14 +118,15 @@ void read_jamba(const Fields& f, ModelDescription& out, Builder& b) {
   out.family = "Mamba1";
 }
 
-// attn_layer_indices (Falcon-H1, Bamba): layer indices below n; empty when null or absent.
-std::set<uint64_t> attention_layers(const Fields& f, uint64_t n) {
+// A list of layer indices below n at `key` (Falcon-H1's and Bamba's attn_layer_indices,
+// LFM2's full_attn_idxs); empty when null or absent.
+std::set<uint64_t> layer_indices(const Fields& f, const char* key, uint64_t n) {
   std::set<uint64_t> out;
-  if (!f.has("attn_layer_indices")) return out;
-  const json& list = f.array("attn_layer_indices");
+  if (!f.has(key)) return out;
+  const json& list = f.array(key);
   for (size_t i = 0; i < list.size(); ++i) {
     if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
-      f.fail("attn_layer_indices[" + std::to_string(i) + "]",
+      f.fail(std::string(key) + "[" + std::to_string(i) + "]",
              show(list[i]) + " is not a layer index below num_hidden_layers " + std::to_string(n));
     }
     out.insert(list[i].get<uint64_t>());
@@ -136,7 +137,7 @@ std::set<uint64_t> attention_layers(const Fields& f, uint64_t n) {
 void read_falcon_h1(const Fields& f, ModelDescription& out, Builder& b) {
   const uint64_t n = f.positive("num_hidden_layers");
   const bool all = !f.has("attn_layer_indices");
-  const std::set<uint64_t> attention = attention_layers(f, n);
+  const std::set<uint64_t> attention = layer_indices(f, "attn_layer_indices", n);
   const uint64_t d_ssm = f.has("mamba_d_ssm")
                              ? f.positive("mamba_d_ssm")
                              : f.positive("mamba_expand") * f.positive("hidden_size");
@@ -154,10 +155,9 @@ void read_falcon_h1(const Fields& f, ModelDescription& out, Builder& b) {
   out.family = "Mamba2 (parallel)";
 }
 
-void read_granite(const Fields& f, ModelDescription& out, Builder& b) {
-  const std::vector<std::string> types =
-      transformers_layer_types(f, "layer_types", {"attention", "mamba"});
-  check_layer_count(f, types.size());
+// Mamba2 and attention layers by type ("attention" / "mamba"), Granite-4.0-H's field names.
+void read_granite_layers(const Fields& f, const std::vector<std::string>& types,
+                         ModelDescription& out, Builder& b) {
   const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
   const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
   for (size_t i = 0; i < types.size(); ++i) {
@@ -175,26 +175,20 @@ void read_granite(const Fields& f, ModelDescription& out, Builder& b) {
   out.family = "Mamba2";
 }
 
-// Bamba: Mamba2 layers, attention at attn_layer_indices (null: none). vLLM: intermediate_size
-// = mamba_n_heads * mamba_d_head.
+void read_granite(const Fields& f, ModelDescription& out, Builder& b) {
+  const std::vector<std::string> types =
+      transformers_layer_types(f, "layer_types", {"attention", "mamba"});
+  check_layer_count(f, types.size());
+  read_granite_layers(f, types, out, b);
+}
+
+// Bamba: Granite's layers and fields, attention at attn_layer_indices (null: none). vLLM:
+// intermediate_size = mamba_n_heads * mamba_d_head.
 void read_bamba(const Fields& f, ModelDescription& out, Builder& b) {
   const uint64_t n = f.positive("num_hidden_layers");
-  const std::set<uint64_t> attention = attention_layers(f, n);  // null: none
-  const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
-  const uint64_t head_dim = f.has("head_dim") ? f.positive("head_dim") : hidden / heads;
-  for (uint64_t i = 0; i < n; ++i) {
-    if (attention.count(i)) {
-      b.gqa(static_cast<uint32_t>(i), "num_key_value_heads", f.positive("num_key_value_heads"),
-            head_dim, std::nullopt);
-    } else {
-      const uint64_t mh = f.positive("mamba_n_heads"), md = f.positive("mamba_d_head");
-      b.mamba2(static_cast<uint32_t>(i), "mamba_n_heads", mh, md, f.positive("mamba_d_state"),
-               "mamba_n_groups", f.positive("mamba_n_groups"), conv_kernel(f, "mamba_d_conv"),
-               mh * md);
-    }
-  }
-  out.num_model_layers = static_cast<uint32_t>(n);
-  out.family = "Mamba2";
+  std::vector<std::string> types(n, "mamba");
+  for (uint64_t i : layer_indices(f, "attn_layer_indices", n)) types[i] = "attention";
+  read_granite_layers(f, types, out, b);
 }
 
 void read_kimi_linear(const Fields& f, ModelDescription& out, Builder& b) {
@@ -306,15 +300,8 @@ void read_lfm2(const Fields& f, ModelDescription& out, Builder& b) {
     check_layer_count(f, types.size());
   } else {
     types.assign(n, "conv");
-    const json& list = f.array("full_attn_idxs");
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_number_unsigned() || list[i].get<uint64_t>() >= n) {
-        f.fail(
-            "full_attn_idxs[" + std::to_string(i) + "]",
-            show(list[i]) + " is not a layer index below num_hidden_layers " + std::to_string(n));
-      }
-      types[list[i].get<uint64_t>()] = "full_attention";
-    }
+    if (!f.has("full_attn_idxs")) f.fail("full_attn_idxs", "is missing (and so is layer_types)");
+    for (uint64_t i : layer_indices(f, "full_attn_idxs", n)) types[i] = "full_attention";
   }
   const uint64_t hidden = f.positive("hidden_size"), heads = f.positive("num_attention_heads");
   for (size_t i = 0; i < types.size(); ++i) {

@@ -69,7 +69,8 @@ std::string wild_bytes(std::mt19937_64& rng) {
                                                   "XB",  "g",  " GiB", "GiBB", "iB"};
   static const std::vector<std::string> kValues = {"0",  "1",  "64", "256", "4",    "16",   "0.5",
                                                    "1.", ".5", "-1", "1e9", "8000", "none", ""};
-  return pick(rng, kValues) + pick(rng, kUnits);
+  std::string value = pick(rng, kValues);  // one draw per statement: a seed replays alike
+  return value + pick(rng, kUnits);
 }
 
 std::string wild_policy(std::mt19937_64& rng) {
@@ -130,10 +131,12 @@ std::vector<std::string> sim_args(std::mt19937_64& rng, const std::vector<std::s
                                              "gemma_3_12b.json", "jamba_v0_1.json"})
                             : pick(rng, {"/nonexistent.json", kModels, kSlice}));
   const int trace = static_cast<int>(rng() % 4);
-  flag("--trace",
-       trace == 0   ? kSlice
-       : trace == 1 ? wild_trace(rng, lines, dir, k)
-                    : "synthetic:" + wild_number(rng) + (rng() % 2 ? ":" + wild_number(rng) : ""));
+  std::string synthetic;
+  if (trace > 1) {  // one draw per statement: a seed replays alike in every build
+    synthetic = "synthetic:" + wild_number(rng);
+    if (rng() % 2) synthetic += ":" + wild_number(rng);
+  }
+  flag("--trace", trace == 0 ? kSlice : trace == 1 ? wild_trace(rng, lines, dir, k) : synthetic);
   flag("--limit", std::to_string(1 + rng() % 3));  // runs stay short
   flag("--backend", rng() % 10 ? "none" : pick(rng, {"gpu", ""}));
   flag("--gpu-quota", rng() % 3 ? pick(rng, {"4GiB", "1GiB", "16GiB"}) : wild_bytes(rng));

@@ -118,9 +118,11 @@ void mutate_config(ManagerConfig& c, std::mt19937_64& rng) {
       case 13:
         if (!c.attention_layers.empty()) {
           auto& buffers = c.attention_layers[rng() % c.attention_layers.size()].buffers;
-          if (!buffers.empty())
+          if (!buffers.empty()) {
+            const size_t length = rng() % 3;  // drawn before the character in every build
             buffers[rng() % buffers.size()].role =
-                std::string(rng() % 3, static_cast<char>(' ' + rng() % 90));
+                std::string(length, static_cast<char>(' ' + rng() % 90));
+          }
         }
         break;
       case 14:

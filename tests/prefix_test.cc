@@ -51,7 +51,8 @@ TEST(KeyIndex, RandomInsertsAndErasesAgreeWithAReferenceSet) {
   KeyIndex index;
   std::map<BlockKey, NodeId> reference;
   for (int op = 0; op < 20000; ++op) {
-    const BlockKey k = key_with_home(rng() % 64, static_cast<uint8_t>(rng() % 8));
+    const uint64_t home = rng() % 64;  // drawn before the tag in every build
+    const BlockKey k = key_with_home(home, static_cast<uint8_t>(rng() % 8));
     const auto it = reference.find(k);
     if (it == reference.end()) {
       index.insert(k, NodeId(static_cast<uint32_t>(op)));
@@ -101,6 +102,14 @@ class PrefixIndexTest : public ::testing::Test {
     full.buffers = {{"key", 1024, {}, {}}, {"value", 1024, {}, {}}};
     c.ssm_layers.push_back(ssm);
     c.attention_layers.push_back(full);
+    if (optional_layer_) {
+      AttentionLayerConfig optional = full;
+      optional.id = 2;
+      optional.reuse_policy = ReusePolicy::kOptional;
+      c.attention_layers.push_back(optional);
+      c.enable_partial_reuse = true;
+      c.pool_ratio = std::vector<double>{1.0, 1.0};  // room for a few snapshots
+    }
     c.tiers = {{TierKind::kGpu, 4ull << 20, ""}};
     if (host_bytes_ > 0) c.tiers.push_back({TierKind::kHost, host_bytes_, ""});
     plan_ = std::make_unique<StoragePlan>(*StoragePlan::build(c));
@@ -110,6 +119,7 @@ class PrefixIndexTest : public ::testing::Test {
     index_ = std::make_unique<PrefixIndex>(*plan_, *storage_);
     ssm_ = *plan_->buffer_group_id(0, "ssm_state");
     attn_ = *plan_->buffer_group_id(1, "key");
+    if (optional_layer_) optional_ = *plan_->buffer_group_id(2, "key");
   }
   // Commits `blocks` full blocks of tokens 0, 1, 2, ... with attention pages, and snapshots at
   // the ends of the blocks listed.
@@ -144,12 +154,13 @@ class PrefixIndexTest : public ::testing::Test {
     for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i);
     return t;
   }();
-  uint64_t host_bytes_ = 0;  // a host tier under the GPU when set
+  uint64_t host_bytes_ = 0;      // a host tier under the GPU when set
+  bool optional_layer_ = false;  // an OPTIONAL full-attention layer 2, and partial reuse
   std::unique_ptr<StoragePlan> plan_;
   std::unique_ptr<memory::MemoryBackend> backend_;
   std::unique_ptr<storage::Storage> storage_;
   std::unique_ptr<PrefixIndex> index_;
-  CacheGroupId ssm_, attn_;
+  CacheGroupId ssm_, attn_, optional_;
 };
 
 TEST_F(PrefixIndexTest, MatchIsPrunedBackToTheLastSnapshot) {
@@ -234,6 +245,42 @@ class PrefixIndexTwoTiers : public PrefixIndexTest {
  protected:
   PrefixIndexTwoTiers() { host_bytes_ = 16 << 10; }
 };
+
+class PrefixIndexWithOptional : public PrefixIndexTest {
+ protected:
+  PrefixIndexWithOptional() { optional_layer_ = true; }
+};
+
+// A match cut inside its full path (no snapshot past block 0) is served by a partial sibling of
+// block 1; the OPTIONAL group's coverage is the winner's, not that of the last sibling tried.
+// (Found by RandomizedReuse under ASan, CI of 2026-12-02: the OPTIONAL coverage of the last
+// sibling tried was reported over the winner's path, which had no OPTIONAL page in its tail;
+// the request then read a page nobody wrote.)
+TEST_F(PrefixIndexWithOptional, APartialSiblingReportsItsOwnOptionalCoverage) {
+  commit(4, {0});  // KV for 16 tokens, a snapshot after 4 only; no OPTIONAL page past block 0
+  const NodeId block0 = path(1)[0];
+  index_->publish(block0, optional_, storage_->allocate(optional_, kGpuTier), 4);
+  // Two shorter commits of the same tokens under block 0: tokens 4..6 (KV and a snapshot, no
+  // OPTIONAL page) and tokens 4..5 (KV, snapshot and OPTIONAL page).
+  auto partial = [&](uint64_t n, bool optional) {
+    const NodeId node = index_->block_node(block0, std::span(tokens_).subspan(4, n), 4, {},
+                                           /*full=*/false);
+    const auto k = static_cast<uint32_t>(n);
+    index_->publish(node, attn_, storage_->allocate(attn_, kGpuTier), k);
+    index_->publish(node, ssm_, storage_->allocate(ssm_, kGpuTier), k);
+    if (optional) index_->publish(node, optional_, storage_->allocate(optional_, kGpuTier), k);
+  };
+  partial(3, false);
+  partial(2, true);
+  BlockHasher hasher(BlockHash::kSha256);
+  const ReuseMatch m = index_->match(hasher, {}, std::span(tokens_).first(17), {}).match;
+  EXPECT_EQ(m.divergence_tokens, 16u);
+  EXPECT_EQ(m.reused_tokens, 7u);  // the 3-token sibling's snapshot
+  const GroupReuse& opt = m.groups[optional_.value];
+  EXPECT_EQ(opt.coverage, 4u);  // block 0's page only: the winner has no OPTIONAL page
+  EXPECT_FALSE(opt.complete);   // so OPTIONAL cannot be restored at 7
+  EXPECT_EQ(index_->check(), "");
+}
 
 // The GPU's victim goes down to a full host, whose own victim is a block above it: that
 // block's loss orphans the KV below it, the victim on its way down among it. The victim arrives

@@ -259,8 +259,10 @@ void Matcher::try_partial_siblings(uint64_t end) {
   if (std::none_of(children.begin(), children.end(), partial)) return;
   const MatchPlan cut = mp_;
   const bool cut_whole = tail_whole_;
+  const std::vector<uint64_t> cut_covered = covered_;
   MatchPlan best = mp_;
   bool best_whole = tail_whole_;
+  std::vector<uint64_t> best_covered = covered_;
   for (NodeId sibling : children) {
     if (!partial(sibling)) continue;
     mp_.path.assign(cut.path.begin(), cut.path.begin() + static_cast<int64_t>(c));
@@ -275,10 +277,14 @@ void Matcher::try_partial_siblings(uint64_t end) {
     if (mp_.match.reused_tokens > best.match.reused_tokens) {
       best = mp_;
       best_whole = whole;
+      best_covered = covered_;
     }
   }
-  mp_ = best.match.reused_tokens > cut.match.reused_tokens ? std::move(best) : cut;
-  tail_whole_ = mp_.tail == cut.tail ? cut_whole : best_whole;
+  // The winner's path, tail and covered prefixes: report_groups reads all three.
+  const bool sibling = best.match.reused_tokens > cut.match.reused_tokens;
+  mp_ = sibling ? std::move(best) : cut;
+  tail_whole_ = sibling ? best_whole : cut_whole;
+  covered_ = sibling ? std::move(best_covered) : cut_covered;
   pos_ = mp_.path.size() * tpb_;
 }
 

@@ -187,6 +187,37 @@ TEST(ModelConfig, BambaQwen35AndWrappersArePlanned) {
       << bare.status().message();
 }
 
+// Issue 30: Kimi-Linear as transformers 5 writes it (layer_types and linear_* fields) plans the
+// same layers as the checkpoint's linear_attn_config.
+TEST(ModelConfig, KimiLinearTakesTransformersFields) {
+  const std::string common = R"("model_type": "kimi_linear", "num_hidden_layers": 4,
+      "kv_lora_rank": 16, "qk_rope_head_dim": 8)";
+  Result<ModelDescription> ours = parse_model_config(
+      "{" + common + R"(, "linear_num_heads": 2, "linear_head_dim": 16,
+      "linear_conv_kernel_dim": 4,
+      "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"]})",
+      ModelOptions{}, "transformers");
+  Result<ModelDescription> checkpoint = parse_model_config(
+      "{" + common + R"(, "linear_attn_config": {"num_heads": 2, "head_dim": 16,
+      "short_conv_kernel_size": 4, "full_attn_layers": [2, 4], "kda_layers": [1, 3]}})",
+      ModelOptions{}, "checkpoint");
+  ASSERT_TRUE(ours.is_ok()) << ours.status().to_string();
+  ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().to_string();
+  ASSERT_EQ(ours->layers.size(), 4u);
+  ASSERT_EQ(checkpoint->layers.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(ours->layers[i].mixer, i % 2 ? MixerKind::kMla : MixerKind::kKda) << i;
+    EXPECT_EQ(ours->layers[i].mixer, checkpoint->layers[i].mixer) << i;
+    EXPECT_EQ(ours->layers[i].conv_elements, checkpoint->layers[i].conv_elements) << i;
+    EXPECT_EQ(ours->layers[i].ssm_elements, checkpoint->layers[i].ssm_elements) << i;
+    EXPECT_EQ(ours->layers[i].kv_elements_per_token, checkpoint->layers[i].kv_elements_per_token);
+  }
+  // KDA: conv 3 * H * D * (K - 1); state H * D * D. MLA: kv_lora_rank + rope per token.
+  EXPECT_EQ(ours->layers[0].conv_elements, 3u * 2 * 16 * 3);
+  EXPECT_EQ(ours->layers[0].ssm_elements, 2u * 16 * 16);
+  EXPECT_EQ(ours->layers[1].kv_elements_per_token, 16u + 8);
+}
+
 TEST(ModelConfig, GraniteTakesTransformersLayerNames) {
   Result<ModelDescription> m = parse_model_config(
       R"({"model_type": "granitemoehybrid", "num_hidden_layers": 3, "hidden_size": 64,

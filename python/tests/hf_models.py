@@ -57,6 +57,13 @@ FAMILIES = {
     "lfm2_moe": dict(  # LFM2-MoE: as LFM2, MoE feed-forward
         _BASE, num_hidden_layers=4, layer_types=["conv", "full_attention"] * 2, conv_L_cache=3,
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, num_dense_layers=1),
+    "kimi_linear": dict(  # Kimi-Linear: KDA (conv q/k/v windows + fp32 state) + MLA latents, MoE
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=16, v_head_dim=16, linear_num_heads=2, linear_head_dim=16,
+        linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"] * 2,
+        num_experts=4, num_experts_per_token=2, moe_intermediate_size=32, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2),
     "gemma3_text": dict(  # sliding-window (8 tokens) and full attention
         _BASE, num_hidden_layers=4, sliding_window=8, sliding_window_pattern=2),
     "gpt_oss": dict(  # sliding-window (8 tokens) and full attention with sinks, MoE
@@ -66,16 +73,27 @@ FAMILIES = {
 # Attention-only families with sliding-window layers (8 tokens), run like the others.
 _SWA = dict(_BASE, num_hidden_layers=4, sliding_window=8,
             layer_types=["sliding_attention", "full_attention"] * 2)
+_MOE = dict(num_experts_per_tok=2, moe_intermediate_size=32)
+_FULL = dict(layer_types=["full_attention"] * 4)  # a sliding_window field no layer uses
 FAMILIES.update({
     "gemma2": _SWA, "cohere2": _SWA, "exaone4": _SWA, "olmo3": _SWA, "granite_swa": _SWA,
-    "ministral": _SWA, "vaultgemma": _SWA,
+    "ministral": _SWA, "vaultgemma": _SWA, "cwm": _SWA,
     "mistral": dict(_BASE, num_hidden_layers=2, sliding_window=32),  # every layer sliding
+    "afmoe": dict(_SWA, **_MOE, num_experts=4, num_dense_layers=1, global_attn_every_n_layers=2),
+    "cohere2_moe": dict(_SWA, **_MOE, num_experts=4),
+    "exaone_moe": dict(_SWA, **_MOE, num_experts=4),
+    "granitemoe_swa": dict(_SWA, num_local_experts=4, num_experts_per_tok=2),
+    "dots1": dict(_SWA, **_MOE, **_FULL, n_routed_experts=4, n_shared_experts=1,
+                  first_k_dense_replace=1),
+    "laguna": dict(_SWA, **_MOE, **_FULL, num_experts=4, shared_expert_intermediate_size=32),
+    "mellum": dict(_SWA, **_FULL, num_local_experts=4, num_experts_per_tok=2),
 })
 # The attention-only families past Gemma 3 and GPT-OSS go through the same PagedAttention with
 # a window: CI runs them one request and against their own cache (fp32, bf16); the other
 # scenarios run for them in bench/hf_report.py (on the H200 too).
 EXTRA_WINDOW = ["gemma2", "cohere2", "exaone4", "olmo3", "granite_swa", "ministral",
-                "vaultgemma", "mistral"]
+                "vaultgemma", "mistral", "cwm", "afmoe", "cohere2_moe", "exaone_moe",
+                "granitemoe_swa", "dots1", "laguna", "mellum"]
 WINDOW_ONLY = ["gemma3_text", "gpt_oss"] + EXTRA_WINDOW
 SCENARIOS = [f for f in FAMILIES if f not in EXTRA_WINDOW]
 # Families whose suspended request kept its pages on the GPU in test_suspend_to_host_and_resume

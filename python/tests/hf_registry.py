@@ -29,9 +29,6 @@ EXCLUDED = {
              "matched token for token",
     "falcon_mamba": "pure Mamba1 with normed B/C/dt: as mamba (its own chunked prefill differs "
                     "from one forward by 0.57)",
-    "kimi_linear": "KDA + MLA attention: the plan reads Kimi-Linear's checkpoints, but "
-                   "transformers' default config has no linear_attn_config and hybridkv.hf "
-                   "has no KDA state views yet",
     "minimax": f"lightning (linear) attention + attention; {_UNKNOWN}",
     "olmo_hybrid": f"gated delta net + attention; {_UNKNOWN}",
     "qwen3_5": "multimodal wrapper of qwen3_5_text (run by test_hf.py): the model reader plans "
@@ -43,11 +40,24 @@ EXCLUDED = {
     "zamba": f"Mamba1 + shared attention blocks; {_UNKNOWN}",
     "inkling_text": f"short convolutions + hybrid sliding-window layers; {_UNKNOWN}",
     # --- sliding-window attention ---
-    "afmoe": _SWA, "cohere2_moe": _SWA, "cohere_compass_text": _SWA,
-    "cwm": _SWA, "deepseek_v4": _SWA, "dots1": _SWA, "exaone_moe": _SWA,
-    "gemma3n": _SWA, "gemma3n_text": _SWA, "gemma4": _SWA, "gemma4_text": _SWA,
-    "gemma4_unified": _SWA, "gemma4_unified_text": _SWA,
-    "granitemoe_swa": _SWA, "laguna": _SWA, "mellum": _SWA, "mimo_v2_flash": _SWA,
+    "cohere_compass_text": "full attention only (its sliding_window field is unused); "
+                           "transformers 5.17 builds no model from its config (empty "
+                           "rope_parameters: KeyError 'full_attention'; with them, its 3-D "
+                           "rotary fails), so nothing can be run; the reader plans it "
+                           "(full attention)",
+    "deepseek_v4": "compressed sparse attention layers (compressed_sparse_attention, "
+                   f"heavily_compressed_attention) with an indexer: no such mixer; {_UNKNOWN}",
+    "gemma3n": "multimodal wrapper of gemma3n_text (excluded below)",
+    "gemma3n_text": "the last num_kv_shared_layers (15) layers read earlier layers' K/V; the "
+                    f"plan keeps one cache per attention layer; {_UNKNOWN}",
+    "gemma4": "multimodal wrapper of gemma4_text (excluded below)",
+    "gemma4_text": "full-attention layers take another head_dim through per-layer overrides "
+                   "(global_head_dim 512 against head_dim 256) that the reader does not read; "
+                   f"{_UNKNOWN}",
+    "gemma4_unified": "multimodal wrapper of gemma4_unified_text (excluded below)",
+    "gemma4_unified_text": "as gemma4_text (per-layer head_dim overrides); " + _UNKNOWN,
+    "mimo_v2_flash": "sliding-window attention whose keys and values have different head "
+                     f"dims (192 / 128); {_UNKNOWN}",
     "modernbert-decoder": _SWA,
     "moshi": f"audio-text model with a sliding-window depth decoder; {_UNKNOWN}",
     "gemma3": "multimodal wrapper of gemma3_text (run by test_hf.py): the model reader plans it "

@@ -127,10 +127,12 @@ def test_suspend_to_host_and_resume(family, backend):
 
 def _table(pm, rid):
     """The request's block table of its first attention layer (None: no attention layers)."""
-    layer = next((d["cache_layer"] for d in pm.description.layers if d["mixer"] == "attention"),
-                 None)
-    return None if layer is None else pm.manager.block_table(rid, pm.manager.buffer_group(layer,
-                                                                                        "key"))
+    roles = {"attention": "key", "mla": "mla_latent"}
+    layer = next((d for d in pm.description.layers if d["mixer"] in roles), None)
+    if layer is None:
+        return None
+    group = pm.manager.buffer_group(layer["cache_layer"], roles[layer["mixer"]])
+    return pm.manager.block_table(rid, group)
 
 
 @pytest.mark.parametrize("family", hm.SCENARIOS)

@@ -191,10 +191,26 @@ void read_bamba(const Fields& f, ModelDescription& out, Builder& b) {
   read_granite_layers(f, types, out, b);
 }
 
-void read_kimi_linear(const Fields& f, ModelDescription& out, Builder& b) {
-  const uint64_t n = f.positive("num_hidden_layers");
+// Kimi-Linear's checkpoints: `linear_attn_config` (KDA heads, head_dim, kernel; 1-based
+// full_attn_layers). transformers 5 writes the same as layer_types and linear_* fields.
+struct KdaLayout {
+  std::vector<bool> full;  // per layer: MLA attention (else KDA)
+  const char* heads_key;
+  uint64_t heads, head_dim, conv_kernel;
+};
+
+KdaLayout kimi_layout(const Fields& f, uint64_t n) {
+  if (!f.has("linear_attn_config")) {
+    const std::vector<std::string> types =
+        layer_types(f, "layer_types", {"full_attention", "linear_attention"});
+    check_layer_count(f, types.size());
+    KdaLayout out{{}, "linear_num_heads", f.positive("linear_num_heads"),
+                  f.positive("linear_head_dim"), conv_kernel(f, "linear_conv_kernel_dim")};
+    for (const std::string& t : types) out.full.push_back(t == "full_attention");
+    return out;
+  }
   const Fields lac = f.object("linear_attn_config");
-  std::set<uint64_t> full;
+  std::vector<bool> full(n, false);
   const json& list = lac.array("full_attn_layers");
   for (size_t i = 0; i < list.size(); ++i) {
     // Published 1-based.
@@ -203,18 +219,24 @@ void read_kimi_linear(const Fields& f, ModelDescription& out, Builder& b) {
       lac.fail("full_attn_layers[" + std::to_string(i) + "]",
                show(list[i]) + " is not a 1-based layer number in [1, " + std::to_string(n) + "]");
     }
-    full.insert(list[i].get<uint64_t>() - 1);
+    full[list[i].get<uint64_t>() - 1] = true;
   }
+  return {std::move(full), "linear_attn_config.num_heads", lac.positive("num_heads"),
+          lac.positive("head_dim"), conv_kernel(lac, "short_conv_kernel_size")};
+}
+
+void read_kimi_linear(const Fields& f, ModelDescription& out, Builder& b) {
+  const KdaLayout layout = kimi_layout(f, f.positive("num_hidden_layers"));
   const uint64_t latent = f.positive("kv_lora_rank") + f.positive("qk_rope_head_dim");
-  for (uint64_t i = 0; i < n; ++i) {
-    if (full.count(i)) {
+  for (size_t i = 0; i < layout.full.size(); ++i) {
+    if (layout.full[i]) {
       b.mla(static_cast<uint32_t>(i), latent);  // one replicated latent head, never split by TP
     } else {
-      b.kda(static_cast<uint32_t>(i), lac.positive("num_heads"), lac.positive("head_dim"),
-            conv_kernel(lac, "short_conv_kernel_size"));
+      b.kda(static_cast<uint32_t>(i), layout.heads_key, layout.heads, layout.head_dim,
+            layout.conv_kernel);
     }
   }
-  out.num_model_layers = static_cast<uint32_t>(n);
+  out.num_model_layers = static_cast<uint32_t>(layout.full.size());
   out.family = "KDA + MLA";
 }
 
@@ -319,8 +341,11 @@ void read_lfm2(const Fields& f, ModelDescription& out, Builder& b) {
 // Attention only, full or sliding window per layer (layer_types).
 const std::set<std::string>& dense_types() {
   static const std::set<std::string> kTypes = {
-      "mistral", "llama",   "qwen2", "qwen3",       "gemma3_text", "gpt_oss",   "gemma2",
-      "cohere2", "exaone4", "olmo3", "granite_swa", "ministral",   "vaultgemma"};
+      "mistral",   "llama",       "qwen2",       "qwen3",          "gemma3_text",
+      "gpt_oss",   "gemma2",      "cohere2",     "exaone4",        "olmo3",
+      "granite_swa", "ministral", "vaultgemma",  "afmoe",          "cohere2_moe",
+      "cohere_compass_text", "cwm", "dots1",     "exaone_moe",     "granitemoe_swa",
+      "laguna",    "mellum"};
   return kTypes;
 }
 
@@ -343,7 +368,8 @@ const char* known_model_types() {
          "falcon_h1, granitemoehybrid, bamba, lfm2, lfm2_moe, kimi_linear, zamba2, mamba2, mamba, "
          "falcon_mamba, "
          "mistral, ministral, llama, qwen2, qwen3, gemma2, gemma3, gemma3_text, vaultgemma, "
-         "gpt_oss, cohere2, exaone4, olmo3, granite_swa";
+         "gpt_oss, cohere2, exaone4, olmo3, granite_swa, afmoe, cohere2_moe, cohere_compass_text, "
+         "cwm, dots1, exaone_moe, granitemoe_swa, laguna, mellum";
 }
 
 void read_family(const Fields& f, const std::string& model_type, const ModelOptions& options,

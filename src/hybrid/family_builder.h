@@ -107,10 +107,11 @@ class Builder {
     out_.layers.push_back(l);
   }
 
-  void kda(uint32_t model_layer, uint64_t heads, uint64_t head_dim, uint64_t conv_kernel) {
+  void kda(uint32_t model_layer, const char* heads_key, uint64_t heads, uint64_t head_dim,
+           uint64_t conv_kernel) {
     ModelLayer l = next(model_layer, MixerKind::kKda);
     RecurrentShape& s = l.shape;
-    s.num_heads = split(f_, "linear_attn_config.num_heads", heads, o_.tp_size);
+    s.num_heads = split(f_, heads_key, heads, o_.tp_size);
     s.head_dim = head_dim;
     s.state_size = head_dim;
     s.n_groups = s.num_heads;

@@ -3,12 +3,14 @@
 One ``PagedCache`` serves one request for one forward pass (batch 1). Its layers follow the
 model's layers: ``PagedAttention`` writes the step's K/V into the request's pages through its
 block table and returns the K/V the layer attends to, gathered from those pages;
+``PagedLatent`` does the same for an MLA layer's latent rows;
 ``PagedState`` hands the model DLPack views of the request's conv and SSM state slot, so the
 model's own state update lands in hybridkv's memory (zero copy); a model layer with both
 mixers (Falcon-H1) gets both; a layer without cache (an MLP) gets an empty ``PagedState``.
 
 Layouts (the plan promises bytes; these are the shapes hybridkv's views take):
   key / value page:  [tokens_per_block, kv_heads, head_dim]
+  MLA latent page:   [tokens_per_block, kv_lora_rank + qk_rope_head_dim]
   conv_state:        [conv_dim, conv_kernel - 1]  (transformers keeps conv_kernel columns;
                      the oldest one never reaches the next token's window)
   ssm_state:         the model's own state shape, batch dimension dropped.
@@ -90,6 +92,28 @@ class PagedAttention(CacheLayerMixin):
         return self.window if self.window else -1
 
 
+class PagedLatent(PagedAttention):
+    """One MLA layer (Kimi-Linear, DeepSeek): the compressed latent and the rotary key of each
+    token in one page row, [slots, tokens_per_block, kv_lora_rank + rope_dim]. transformers
+    hands the cache the two latents as a single-head key and value; they are split back on
+    the way out."""
+
+    def __init__(self, latent, rank: int, group: int, window: int | None, view: RequestView):
+        super().__init__(latent, latent, group, window, view)
+        self.rank = rank
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.used = True
+        position, count = self.view.position, key_states.shape[-2]
+        slots, offsets = self._addresses(position, position + count)
+        rows = torch.cat([key_states[0, 0], value_states[0, 0]], dim=-1)
+        self.pages_k[slots, offsets] = rows.to(self.pages_k.dtype)
+        slots, offsets = self._addresses(self._start(position), position + count)
+        rows = self.pages_k[slots, offsets].unsqueeze(0).unsqueeze(0)
+        return (rows[..., : self.rank].to(key_states.dtype),
+                rows[..., self.rank :].to(value_states.dtype))
+
+
 class _Watched(dict):
     """A layer's state tensors (by state index, as transformers keeps them) that notes when the model takes one: a model updates its
     state either through update_conv_state / update_recurrent_state or in place on the tensor
@@ -106,7 +130,8 @@ class _Watched(dict):
 
 class PagedState(LinearAttentionCacheLayerMixin):
     """One recurrent layer: conv and SSM state (a short convolution: conv state only) as views
-    of the request's state slot."""
+    of the request's state slot. KDA's conv state is its q, k and v windows side by side, as
+    transformers keeps them."""
 
     def __init__(self, conv=None, ssm=None, conv_shape=None, ssm_shape=None, view=None):
         super().__init__(number_of_states=1)

@@ -19,7 +19,8 @@ import torch
 
 import hybridkv as hk
 
-from .cache import PagedAttention, PagedCache, PagedHybrid, PagedState, RequestView
+from .cache import (PagedAttention, PagedCache, PagedHybrid, PagedLatent, PagedState,
+                    RequestView)
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -75,13 +76,20 @@ class PagedModel:
                     keys=self._view(cl, "key").reshape(shape),
                     values=self._view(cl, "value").reshape(shape),
                     group=self.manager.buffer_group(cl, "key"), window=d["window"])
+            elif d["mixer"] == "mla":  # the compressed latent and the rotary key, one row
+                rank = self.model.config.get_text_config(decoder=True).kv_lora_rank
+                entry["attention"] = dict(
+                    latent=self._view(cl, "mla_latent").reshape(
+                        -1, self.tokens_per_block, d["head_dim"]),
+                    rank=rank, group=self.manager.buffer_group(cl, "mla_latent"),
+                    window=d["window"])
             elif d["mixer"] == "short_conv":  # LFM2: a conv state only
                 conv_shape = (d["conv_dim"], d["conv_kernel"] - 1)
                 if math.prod(conv_shape) != d["conv_elements"]:
                     raise ValueError(f"cache layer {cl}: the plan's conv state "
                                      f"({d['conv_elements']} elements) is not {conv_shape}")
                 entry["state"] = dict(conv=self._view(cl, "conv_state"), conv_shape=conv_shape)
-            elif d["mixer"] in ("mamba1", "mamba2", "gdn"):
+            elif d["mixer"] in ("mamba1", "mamba2", "gdn", "kda"):
                 conv_shape, ssm_shape = (d["conv_dim"], d["conv_kernel"] - 1), self._ssm_shape(d)
                 if math.prod(ssm_shape) != d["ssm_elements"] or \
                         math.prod(conv_shape) != d["conv_elements"]:
@@ -114,6 +122,8 @@ class PagedModel:
             return (d["d_inner"], d["state_size"])
         if d["mixer"] == "gdn":  # [value heads, key head dim, value head dim]
             return (d["num_heads"], d["state_size"], d["head_dim"])
+        if d["mixer"] == "kda":  # [heads, key head dim, value head dim], both head_dim
+            return (d["num_heads"], d["head_dim"], d["head_dim"])
         return (d["num_heads"], d["head_dim"], d["state_size"])
 
     def cache_for(self, view: RequestView) -> PagedCache:
@@ -123,7 +133,8 @@ class PagedModel:
             entry = self._layers.get(i, {})
             attention = state = None
             if "attention" in entry:
-                attention = PagedAttention(**entry["attention"], view=view)
+                kind = PagedLatent if "latent" in entry["attention"] else PagedAttention
+                attention = kind(**entry["attention"], view=view)
             if "state" in entry:
                 state = PagedState(**entry["state"], view=view)
             if attention is not None and state is not None:

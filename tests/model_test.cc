@@ -192,15 +192,15 @@ TEST(ModelConfig, BambaQwen35AndWrappersArePlanned) {
 TEST(ModelConfig, KimiLinearTakesTransformersFields) {
   const std::string common = R"("model_type": "kimi_linear", "num_hidden_layers": 4,
       "kv_lora_rank": 16, "qk_rope_head_dim": 8)";
-  Result<ModelDescription> ours = parse_model_config(
-      "{" + common + R"(, "linear_num_heads": 2, "linear_head_dim": 16,
+  Result<ModelDescription> ours =
+      parse_model_config("{" + common + R"(, "linear_num_heads": 2, "linear_head_dim": 16,
       "linear_conv_kernel_dim": 4,
       "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"]})",
-      ModelOptions{}, "transformers");
-  Result<ModelDescription> checkpoint = parse_model_config(
-      "{" + common + R"(, "linear_attn_config": {"num_heads": 2, "head_dim": 16,
+                         ModelOptions{}, "transformers");
+  Result<ModelDescription> checkpoint =
+      parse_model_config("{" + common + R"(, "linear_attn_config": {"num_heads": 2, "head_dim": 16,
       "short_conv_kernel_size": 4, "full_attn_layers": [2, 4], "kda_layers": [1, 3]}})",
-      ModelOptions{}, "checkpoint");
+                         ModelOptions{}, "checkpoint");
   ASSERT_TRUE(ours.is_ok()) << ours.status().to_string();
   ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().to_string();
   ASSERT_EQ(ours->layers.size(), 4u);

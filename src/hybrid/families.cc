@@ -204,8 +204,11 @@ KdaLayout kimi_layout(const Fields& f, uint64_t n) {
     const std::vector<std::string> types =
         layer_types(f, "layer_types", {"full_attention", "linear_attention"});
     check_layer_count(f, types.size());
-    KdaLayout out{{}, "linear_num_heads", f.positive("linear_num_heads"),
-                  f.positive("linear_head_dim"), conv_kernel(f, "linear_conv_kernel_dim")};
+    KdaLayout out{{},
+                  "linear_num_heads",
+                  f.positive("linear_num_heads"),
+                  f.positive("linear_head_dim"),
+                  conv_kernel(f, "linear_conv_kernel_dim")};
     for (const std::string& t : types) out.full.push_back(t == "full_attention");
     return out;
   }
@@ -341,11 +344,12 @@ void read_lfm2(const Fields& f, ModelDescription& out, Builder& b) {
 // Attention only, full or sliding window per layer (layer_types).
 const std::set<std::string>& dense_types() {
   static const std::set<std::string> kTypes = {
-      "mistral",   "llama",       "qwen2",       "qwen3",          "gemma3_text",
-      "gpt_oss",   "gemma2",      "cohere2",     "exaone4",        "olmo3",
-      "granite_swa", "ministral", "vaultgemma",  "afmoe",          "cohere2_moe",
-      "cohere_compass_text", "cwm", "dots1",     "exaone_moe",     "granitemoe_swa",
-      "laguna",    "mellum"};
+      "mistral",     "llama",   "qwen2",       "qwen3",
+      "gemma3_text", "gpt_oss", "gemma2",      "cohere2",
+      "exaone4",     "olmo3",   "granite_swa", "ministral",
+      "vaultgemma",  "afmoe",   "cohere2_moe", "cohere_compass_text",
+      "cwm",         "dots1",   "exaone_moe",  "granitemoe_swa",
+      "laguna",      "mellum"};
   return kTypes;
 }
 

@@ -143,25 +143,96 @@ def reference(model, tokens, new_tokens: int):
     return out.sequences[0, len(tokens):].tolist(), torch.stack([l[0] for l in out.logits]).float()
 
 
+def _cache_keyword(model) -> str:
+    import inspect
+
+    if "past_key_values" in inspect.signature(model.forward).parameters:
+        return "past_key_values"
+    return "cache_params"
+
+
+def _own_forward(model, cache, tokens):
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(tokens)], device=device)
+    out = model(input_ids=ids, use_cache=True, **{_cache_keyword(model): cache})
+    return out.logits[0].float()
+
+
 @torch.no_grad()
 def own_cache_chunks(model, chunks):
     """The model with its own cache (DynamicCache) fed exactly these chunks, one forward each:
     the logits of every chunk's tokens, concatenated [tokens, vocab]. The stricter reference:
     same kernels, same inputs as a paged run that computes the same chunks."""
-    import inspect
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    return torch.cat([_own_forward(model, cache, chunk) for chunk in chunks])
+
+
+class ForwardLog:
+    """Every forward a PagedModel runs, per request: (position, tokens, advance, logits). The
+    record from which own_cache_replay rebuilds the same computation with the model's own
+    cache."""
+
+    def __init__(self, pm):
+        self.events: dict[int, list] = {}
+        real = pm.forward
+
+        def forward(request_id, tokens, advance=True):
+            position = pm.requests[request_id]["position"]
+            logits = real(request_id, tokens, advance)
+            self.events.setdefault(request_id, []).append(
+                (position, [int(t) for t in tokens], advance, logits))
+            return logits
+
+        pm.forward = forward  # prefill, decode and verify call it through the instance
+
+
+@torch.no_grad()
+def own_cache_replay(model, log: ForwardLog, request_id: int, prefix_of: int | None = None):
+    """The largest logit difference between every forward the paged model ran for the request
+    and the same forward through the model's own cache, fed the same chunks in the same order.
+    A forward that did not advance (a verify step with a rejected draft) runs on a copy of the
+    cache. A request that reused a prefix starts from request `prefix_of`'s chunks up to its
+    first position (cropped there: attention only; recurrent reuse starts on a chunk end)."""
+    import copy
 
     from transformers import DynamicCache
 
-    device = next(model.parameters()).device
-    name = "past_key_values"
-    if "past_key_values" not in inspect.signature(model.forward).parameters:
-        name = "cache_params"
     cache = DynamicCache(config=model.config)
+    events = log.events[request_id]
+    start = events[0][0]
+    if start:
+        fed = 0
+        for (position, tokens, _, _), kept in zip(log.events[prefix_of],
+                                                   _kept(log.events[prefix_of])):
+            if not kept or fed >= start:
+                continue
+            assert position == fed, (position, fed)
+            if fed + len(tokens) > start:  # the chunk that holds the reused point: crop it back
+                cache.activate_past_recording()
+            _own_forward(model, cache, tokens)
+            fed += len(tokens)
+        if fed > start:
+            cache.crop(start - fed)  # negative: tokens to remove (a full window takes no other)
+            for layer in cache.layers:
+                layer.record_past = False
+    worst = 0.0
+    for (_, tokens, _, logits), kept in zip(events, _kept(events)):
+        own = _own_forward(model, cache if kept else copy.deepcopy(cache), tokens)
+        worst = max(worst, (logits.cpu() - own.cpu()).abs().max().item())
+    return worst
+
+
+def _kept(events) -> list[bool]:
+    """Per forward: whether its tokens became history. A forward that did not advance (a verify
+    step) was kept when the request's next forward starts after it (every draft accepted), and
+    rolled back when the next one starts where it did."""
     out = []
-    for chunk in chunks:
-        ids = torch.tensor([chunk], device=device)
-        out.append(model(input_ids=ids, use_cache=True, **{name: cache}).logits[0].float())
-    return torch.cat(out)
+    for i, (position, tokens, advance, _) in enumerate(events):
+        following = events[i + 1][0] if i + 1 < len(events) else None
+        out.append(advance or following == position + len(tokens))
+    return out
 
 
 def serve(engine, request_id, tokens, new_tokens):

@@ -43,6 +43,14 @@ const TableRow kTable[] = {
     {"gpt_oss_20b.json", 49152, 0, 24, 0},
     // 2 x 8 KV heads x 256 x 2 B = 8,192 B a layer x 48.
     {"gemma_3_12b.json", 393216, 0, 48, 0},
+    // Issue 30 item 5 (models/README.md has the arithmetic): Qwen3.5-27B 16 full layers x 2 x 4
+    // KV heads x 256 x 2 B; 48 GDN layers of (2*16*128 + 48*128) * 3 bf16 conv + 48*128*128 fp32.
+    {"qwen3_5_27b.json", 65536, 153944064, 16, 48},
+    // Bamba-9B: 3 attention layers x 2 x 8 x 128 x 2 B; 29 Mamba2 layers of
+    // (8192 + 2*1*128) * 3 bf16 conv + 128*64*128 fp32 SSM.
+    {"bamba_9b.json", 12288, 123104768, 3, 29},
+    // LFM2-350M: 6 attention layers x 2 x 8 x 64 x 2 B; 10 short convolutions of 1024 * 2 bf16.
+    {"lfm2_350m.json", 12288, 40960, 6, 10},
 };
 
 TEST(ModelConfig, EveryBundledModelMatchesTheSizeTable) {
@@ -69,6 +77,9 @@ TEST(ModelConfig, PerLayerStateMatchesTheTable) {
       {"granite_4_0_h_small.json", 4244992},
       {"kimi_linear_48b_a3b.json", 2170880},
       {"zamba2_2_7b.json", 1342208},
+      {"qwen3_5_27b.json", 3207168},
+      {"bamba_9b.json", 4244992},
+      {"lfm2_350m.json", 4096},
   };
   for (const auto& [file, bytes] : rows) {
     SCOPED_TRACE(file);

@@ -10,7 +10,8 @@
 #   pytest    the Python tests (their cuda cases and hybridkv.hf on CUDA)
 #   sanitize  compute-sanitizer memcheck and racecheck over the suites that move pages
 #   bench     the copy-limit probe, cuda_copy_bench, disk_tier_bench, the GPU example, a verified
-#             sim of the bundled slice on the cuda backend, and hybridkv.hf's per-family report
+#             sim of the bundled slice on the cuda backend, and hf:
+#   hf        hybridkv.hf's per-family report, fp32 and bf16 models
 # Usage:
 #   here:  bash scripts/gpu_deps.sh                 (packs what the GPU image lacks)
 #   there: bash scripts/gpu_test.sh [tests] [sanitize] [bench]     (default: all three)
@@ -49,8 +50,10 @@ ctest_gpu() {
 }
 
 pytest_gpu() {
+  # HKV_PYTEST_ARGS narrows the run (e.g. "-m gpu": only the cases on the cuda backend).
   (PYTHONPATH=$B/python timeout 500 python3 -m pytest -q -p no:cacheprovider -rs \
-     python/tests > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?" >> "$OUT/pytest.log")
+     ${HKV_PYTEST_ARGS:-} python/tests > "$OUT/pytest.log" 2>&1
+   echo "pytest rc=$?" >> "$OUT/pytest.log")
   grep -h -E "rc=|[0-9]+ passed|failed" "$OUT/pytest.log" >> "$OUT/summary.txt"
 }
 
@@ -107,20 +110,28 @@ bench() {
       --tp 8 --gpu-quota 512MiB --host-quota 1GiB --max-batch 16 --quiet
     echo "sim --verify rc=$?"
   } > "$OUT/example.txt" 2>&1
-  (PYTHONPATH=$B/python timeout 300 python3 bench/hf_report.py --device cuda \
-     > "$OUT/hf_report.md" 2>&1; echo "hf_report rc=$?" >> "$OUT/hf_report.md")
   grep -h -E " rc=|mismatch" "$OUT/copy_bench.md" "$OUT/disk_bench.md" "$OUT/example.txt" \
-    "$OUT/hf_report.md" >> "$OUT/summary.txt"
+    >> "$OUT/summary.txt"
+  hf
+}
+
+# hybridkv.hf's per-family report on CUDA, fp32 and bf16 models.
+hf() {
+  for dt in fp32 bf16; do
+    (PYTHONPATH=$B/python timeout 240 python3 bench/hf_report.py --device cuda --dtype $dt \
+       > "$OUT/hf_report_$dt.md" 2>&1; echo "hf_report $dt rc=$?" >> "$OUT/hf_report_$dt.md")
+  done
+  grep -h -E " rc=" "$OUT"/hf_report_*.md >> "$OUT/summary.txt"
 }
 
 : > "$OUT/summary.txt"
 build
 for phase in ${*:-tests sanitize bench}; do
   case $phase in
-    tests | sanitize | bench) "$phase" ;;
+    tests | sanitize | bench | hf) "$phase" ;;
     ctest) ctest_gpu ;;
     pytest) pytest_gpu ;;
-    *) echo "gpu_test.sh: unknown phase '$phase' (tests, ctest, pytest, sanitize, bench)" >&2
+    *) echo "gpu_test.sh: unknown phase '$phase' (tests, ctest, pytest, sanitize, bench, hf)" >&2
        exit 2 ;;
   esac
 done

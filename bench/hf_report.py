@@ -103,6 +103,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--families", nargs="*", default=list(hm.FAMILIES),
+                    help="a subset of hf_models.FAMILIES (default: all)")
     args = ap.parse_args()
     kind = hk.BackendKind.CUDA if args.device == "cuda" else hk.BackendKind.HOST
     dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
@@ -113,7 +115,7 @@ def main():
           f"| speculative (accepted / rejected drafts) | bf16 snapshot: drift, agreement over 256 "
           f"| fp8 snapshot: drift, agreement | fp32 snapshot: drift, agreement |")
     print("|---|---|---|---|---|---|---|---|")
-    for family in hm.FAMILIES:
+    for family in args.families:
         model = hm.make_model(family, args.device, dtype=dtype)
         s_ok, s_d, s_o = single(model, kind)
         r_ok, r_d, r_o, reused, computed = reuse(model, kind)

@@ -185,6 +185,13 @@ TEST(ModelConfig, BambaQwen35AndWrappersArePlanned) {
   ASSERT_EQ(qwen->layers.size(), 2u);
   EXPECT_EQ(qwen->layers[0].mixer, MixerKind::kGdn);
   EXPECT_EQ(qwen->layers[0].ssm_elements, 4u * 16 * 16);
+  // OLMo-Hybrid spells its gated delta net layers as Qwen3.5 does.
+  std::string olmo_text = text;
+  olmo_text.replace(olmo_text.find("qwen3_5_text"), 12, "olmo_hybrid");
+  Result<ModelDescription> olmo = parse_model_config(olmo_text, ModelOptions{}, "olmo_hybrid");
+  ASSERT_TRUE(olmo.is_ok()) << olmo.status().to_string();
+  EXPECT_EQ(olmo->layers[0].mixer, MixerKind::kGdn);
+  EXPECT_EQ(olmo->layers[0].ssm_elements, qwen->layers[0].ssm_elements);
   Result<ModelDescription> wrapped = parse_model_config(
       R"({"model_type": "qwen3_5", "vision_config": {"depth": 2}, "text_config": )" + text + "}",
       ModelOptions{}, "qwen3_5");

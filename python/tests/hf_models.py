@@ -57,6 +57,11 @@ FAMILIES = {
     "lfm2_moe": dict(  # LFM2-MoE: as LFM2, MoE feed-forward
         _BASE, num_hidden_layers=4, layer_types=["conv", "full_attention"] * 2, conv_L_cache=3,
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, num_dense_layers=1),
+    "olmo_hybrid": dict(  # OLMo-Hybrid: gated delta net (Qwen3-Next's fields) + attention
+        _BASE, num_hidden_layers=4, layer_types=["linear_attention", "full_attention"] * 2,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_conv_kernel_dim=4, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2),
     "kimi_linear": dict(  # Kimi-Linear: KDA (conv q/k/v windows + fp32 state) + MLA latents, MoE
         vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, qk_rope_head_dim=8,

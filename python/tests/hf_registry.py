@@ -30,7 +30,6 @@ EXCLUDED = {
     "falcon_mamba": "pure Mamba1 with normed B/C/dt: as mamba (its own chunked prefill differs "
                     "from one forward by 0.57)",
     "minimax": f"lightning (linear) attention + attention; {_UNKNOWN}",
-    "olmo_hybrid": f"gated delta net + attention; {_UNKNOWN}",
     "qwen3_5": "multimodal wrapper of qwen3_5_text (run by test_hf.py): the model reader plans "
                "it from its text_config; the vision tower holds no cache",
     "qwen3_5_moe": "multimodal wrapper of qwen3_5_moe_text (run by test_hf.py): the model reader "

@@ -355,7 +355,8 @@ const std::set<std::string>& dense_types() {
 
 // Gated delta net + full attention (Qwen3-Next's layout and field names).
 const std::set<std::string>& gdn_types() {
-  static const std::set<std::string> kTypes = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"};
+  static const std::set<std::string> kTypes = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+                                               "olmo_hybrid"};
   return kTypes;
 }
 
@@ -368,7 +369,8 @@ const std::set<std::string>& wrapper_types() {
 }  // namespace
 
 const char* known_model_types() {
-  return "nemotron_h, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, jamba, "
+  return "nemotron_h, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, "
+         "olmo_hybrid, jamba, "
          "falcon_h1, granitemoehybrid, bamba, lfm2, lfm2_moe, kimi_linear, zamba2, mamba2, mamba, "
          "falcon_mamba, "
          "mistral, ministral, llama, qwen2, qwen3, gemma2, gemma3, gemma3_text, vaultgemma, "

@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define HKV_HOST_DEVICE __host__ __device__
-#else
-#define HKV_HOST_DEVICE
-#endif
+#include "util/host_device.h"
 
 namespace hybridkv::memory {
 

@@ -12,24 +12,17 @@
 #include <cmath>
 #include <cstdint>
 
-#include "memory/bf16_bits.h"  // HKV_HOST_DEVICE
+#include "memory/bf16_bits.h"
+#include "plan/fp8_layout.h"
+#include "util/host_device.h"
 
 namespace hybridkv::memory {
 
-inline constexpr uint32_t kFp8BlockValues = 128;
-inline constexpr uint32_t kFp8BlockBytes = kFp8BlockValues + 1;  // exponent, then codes
-
-// Bytes of the fp8 form of `f32_bytes` bytes of fp32 values.
-HKV_HOST_DEVICE inline uint64_t fp8_snapshot_bytes(uint64_t f32_bytes) {
-  const uint64_t n = f32_bytes / 4;
-  return n + (n + kFp8BlockValues - 1) / kFp8BlockValues;
-}
-
-// The number of fp32 values whose fp8 form takes `fp8_bytes` bytes.
-HKV_HOST_DEVICE inline uint64_t fp8_value_count(uint64_t fp8_bytes) {
-  const uint64_t blocks = (fp8_bytes + kFp8BlockBytes - 1) / kFp8BlockBytes;
-  return fp8_bytes - blocks;
-}
+// The layout's sizes are the plan's (it sizes snapshot slots with them).
+using plan_detail::fp8_snapshot_bytes;
+using plan_detail::fp8_value_count;
+using plan_detail::kFp8BlockBytes;
+using plan_detail::kFp8BlockValues;
 
 // The block exponent for the largest finite magnitude `amax` of a block.
 HKV_HOST_DEVICE inline int8_t fp8_block_exponent(float amax) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "memory/fp8_bits.h"
+#include "plan/fp8_layout.h"
 #include "plan/plan_internal.h"
 
 namespace hybridkv::plan_detail {
@@ -77,7 +77,7 @@ void add_snapshot_pool_group(DType dtype, CacheGroup& group, Structure& s) {
     buffer.snapshot_dtype = f32 ? dtype : buffer.dtype;
     buffer.snapshot_size = !f32 ? buffer.size
                            : dtype == DType::kFP8E4M3
-                               ? memory::fp8_snapshot_bytes(buffer.size)
+                               ? fp8_snapshot_bytes(buffer.size)
                                : buffer.size / dtype_size(DType::kF32) * dtype_size(dtype);
     shrinks = shrinks || f32;
     sizes.push_back(buffer.snapshot_size);

@@ -8,6 +8,12 @@ function(step)
   message(STATUS "${out}")
 endfunction()
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+# A plain install is the product alone: the testing library is an opt-in component.
+file(GLOB_RECURSE testing_files ${WORK_DIR}/prefix/*hybridkv_testing* ${WORK_DIR}/prefix/*Testing*)
+if(testing_files OR EXISTS ${WORK_DIR}/prefix/include/hybridkv/testing)
+  message(FATAL_ERROR "a plain install holds test support: ${testing_files}")
+endif()
+step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix --component testing)
 step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DTOOLS_DIR=${TOOLS_DIR})
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)

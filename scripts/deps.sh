@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build clang-format libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libssl-dev python3-dev python3-venv)
+          nlohmann-json3-dev libcli11-dev libssl-dev python3-dev python3-venv pkg-config
+          redis-server libhiredis-dev libxxhash-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

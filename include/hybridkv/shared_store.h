@@ -1,0 +1,71 @@
+// A store shared by every serving instance (DESIGN §8a): the tier below host and disk. The
+// interface follows Mooncake Store's C API (batched put, get into the caller's buffers, exists,
+// remove) so that a Mooncake backend can follow the Redis one. Every call is one pipelined round
+// trip for the whole batch, and every key gets its own outcome. A store that is down, killed or
+// frozen answers kFailed within `timeout` (and, while it stays down, at once until the next
+// reconnect attempt): serving never waits on it, and the caller counts a miss.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hybridkv/status.h"
+
+namespace hybridkv {
+
+enum class StoreOutcome : uint8_t {
+  kOk,        // done (get: the value is in the buffer; exists: present; remove: removed)
+  kMissing,   // no such key
+  kExists,    // put: the key was already written (objects are written once, whole)
+  kTooLarge,  // get: the value does not fit the buffer (nothing copied)
+  kFailed,    // the store did not answer: down, killed, timed out, or an error reply
+};
+
+const char* store_outcome_name(StoreOutcome outcome);
+
+// Counters since the store was opened.
+struct StoreStats {
+  uint64_t puts = 0, gets = 0, hits = 0, misses = 0;
+  uint64_t failures = 0;    // keys answered kFailed
+  uint64_t reconnects = 0;  // connections made after the first
+  uint64_t bytes_put = 0, bytes_got = 0;
+};
+
+class SharedStore {
+ public:
+  virtual ~SharedStore() = default;
+
+  // Writes each value under its key unless the key exists: concurrent publishers of one object
+  // write it once, and a reader never sees part of one (a writer that dies mid-put wrote nothing).
+  virtual std::vector<StoreOutcome> put(std::span<const std::string> keys,
+                                        std::span<const std::span<const std::byte>> values) = 0;
+  // Reads each key's value into its buffer and its length into sizes[i].
+  virtual std::vector<StoreOutcome> get(std::span<const std::string> keys,
+                                        std::span<const std::span<std::byte>> buffers,
+                                        std::span<uint64_t> sizes) = 0;
+  // kOk where the key is present, kMissing where not.
+  virtual std::vector<StoreOutcome> exists(std::span<const std::string> keys) = 0;
+  virtual std::vector<StoreOutcome> remove(std::span<const std::string> keys) = 0;
+  // Whether the store answers now; the error names the address.
+  virtual Status ping() = 0;
+  virtual StoreStats stats() const = 0;
+};
+
+struct RedisStoreConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 6379;
+  std::chrono::milliseconds timeout{250};                 // connect, send, and every reply
+  std::chrono::milliseconds reconnect_backoff{50};        // the first wait after a failure
+  std::chrono::milliseconds max_reconnect_backoff{2000};  // doubling stops here
+};
+
+// A store on one Redis server (hiredis). The server need not be up yet: calls fail until it is.
+// Refused: an empty host, port 0, a timeout or backoff of 0 (the message names the field).
+Result<std::unique_ptr<SharedStore>> open_redis_store(const RedisStoreConfig& config);
+
+}  // namespace hybridkv

@@ -34,8 +34,9 @@ EXCLUDED = {
                "it from its text_config; the vision tower holds no cache",
     "qwen3_5_moe": "multimodal wrapper of qwen3_5_moe_text (run by test_hf.py): the model reader "
                    "plans it from its text_config; the vision tower holds no cache",
-    "qwen4_exp": f"gated delta net + attention (multimodal wrapper); {_UNKNOWN}",
-    "qwen4_exp_text": f"gated delta net + attention; {_UNKNOWN}",
+    "qwen4_exp": "multimodal wrapper of qwen4_exp_text (excluded below)",
+    "qwen4_exp_text": "gated delta net + qwen_sparse_attention layers (sparse attention with an "
+                      f"indexer): no such attention mixer; {_UNKNOWN}",
     "zamba": f"Mamba1 + shared attention blocks; {_UNKNOWN}",
     "inkling_text": f"short convolutions + hybrid sliding-window layers; {_UNKNOWN}",
     # --- sliding-window attention ---

@@ -3,36 +3,49 @@
 # tests, `pip install .` of the Python package, and the AddressSanitizer + UBSan build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$SECONDS
+phase_start=$SECONDS
+phases=""
+# Each phase's wall time, printed at the end (where CI's 30 minutes go).
+phase() {
+  phases+="$(printf '%5d s  %s' $((SECONDS - phase_start)) "$current")"$'\n'
+  phase_start=$SECONDS
+  current=$1
+  echo "== $1"
+}
+current="deps (Debian packages, the Python venv)"
 bash scripts/deps.sh
 jobs=$(nproc)
 
-echo "== format check"
+phase "format check"
 git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
 
-echo "== release build (build/release: library, CLI, Python module, tests, benchmarks)"
+phase "release build (build/release: library, CLI, Python module, tests, benchmarks)"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDKV_PYTHON=ON \
   -DPython_EXECUTABLE="$PWD/build/venv/bin/python" >/dev/null
 cmake --build build/release -j "$jobs"
+phase "release CTest"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
-echo "== Python tests (pytest, the module from build/release)"
+phase "Python tests (pytest, the module from build/release)"
 PYTHONPATH=build/release/python build/venv/bin/python -m pytest -q python/tests
 
-echo "== pip install . (scikit-build-core builds the package; then it is imported from outside)"
+phase "pip install . (scikit-build-core builds the package; then it is imported from outside)"
 build/venv/bin/pip install -q --no-build-isolation --no-deps . >/tmp/hybridkv-pip-install.log 2>&1 ||
   { cat /tmp/hybridkv-pip-install.log; exit 1; }
 root=$PWD
 (cd /tmp && "$root/build/venv/bin/python" -c \
   'import hybridkv, hybridkv.hf, sys; sys.exit(hybridkv.main(["plan", "--help"]) != 0)' >/dev/null)
 
-echo "== sanitizer build (build/asan: Debug with ASan + UBSan; invariants checked after every mutation)"
+phase "sanitizer build (build/asan: Debug with ASan + UBSan; invariants checked after every mutation)"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHYBRIDKV_SANITIZE=ON \
   -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF >/dev/null
 cmake --build build/asan -j "$jobs"
+phase "sanitizer CTest"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs"
 
-echo "== ThreadSanitizer build (copy engine and concurrency tests)"
+phase "ThreadSanitizer build (copy engine and concurrency tests)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDKV_TSAN=ON \
   -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF >/dev/null
 cmake --build build/tsan -j "$jobs" --target kv_cache_test
@@ -42,3 +55,7 @@ cmake --build build/tsan -j "$jobs" --target reuse_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/reuse_test --gtest_filter='Reuse.ProbesRun*:Reuse.TreePages*'
 cmake --build build/tsan -j "$jobs" --target storage_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/storage_test --gtest_filter='StorageHostBackend.*'
+phase "done"
+echo "== wall time by phase"
+printf '%s' "$phases"
+echo "$((SECONDS - start)) s in all"

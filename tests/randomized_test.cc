@@ -19,7 +19,7 @@ using testing::random_tokens;
 using testing::Request;
 
 #ifdef HKV_SANITIZED  // the sanitized build runs the invariants after every mutation
-constexpr uint64_t kOperations = 8'000;
+constexpr uint64_t kOperations = 5'000;
 #else
 constexpr uint64_t kOperations = 100'000;
 #endif

@@ -148,18 +148,12 @@ def reference(model, tokens, new_tokens: int):
     return out.sequences[0, len(tokens):].tolist(), torch.stack([l[0] for l in out.logits]).float()
 
 
-def _cache_keyword(model) -> str:
-    import inspect
-
-    if "past_key_values" in inspect.signature(model.forward).parameters:
-        return "past_key_values"
-    return "cache_params"
-
-
 def _own_forward(model, cache, tokens):
+    from hybridkv.hf import PagedModel
+
     device = next(model.parameters()).device
     ids = torch.tensor([list(tokens)], device=device)
-    out = model(input_ids=ids, use_cache=True, **{_cache_keyword(model): cache})
+    out = model(input_ids=ids, use_cache=True, **{PagedModel._cache_keyword(model): cache})
     return out.logits[0].float()
 
 

@@ -72,11 +72,11 @@ def assert_same(tokens, logits, ref_tokens, ref_logits, tol=TOL):
     return diff
 
 
-def assert_replay(pm, log, family, dtype, backend, request_id, prefix_of=None):
+def assert_replay(pm, log, family, backend, request_id, prefix_of=None):
     """Every forward of the request equals the model's own cache fed the same chunks."""
     diff = hm.own_cache_replay(pm.model, log, request_id, prefix_of)
     conv = any(d["mixer"] in ("mamba1", "mamba2") for d in pm.description.layers)
-    tol = _strict_tolerance(family, dtype, backend[0], conv, decode=True)
+    tol = _strict_tolerance(family, backend[0], conv, decode=True)
     assert diff <= tol, f"largest logit difference {diff:.3g} > {tol} against the own cache"
 
 
@@ -90,7 +90,7 @@ def test_single_request(family, dtype, backend):
     tokens, logits = pm.generate(1, NEW)
     if dtype == torch.float32:
         assert_same(tokens, logits, *hm.reference(pm.model, p, NEW))
-    assert_replay(pm, log, family, dtype, backend, 1)
+    assert_replay(pm, log, family, backend, 1)
     assert pm.forward_tokens == len(p) + NEW - 1
 
 
@@ -109,7 +109,7 @@ def test_prefix_reuse_never_recomputes(family, dtype, backend):
     assert pm.forward_tokens - before == len(second) - reused + NEW - 1
     if dtype == torch.float32:
         assert_same(tokens, logits, *hm.reference(pm.model, second, NEW))
-    assert_replay(pm, log, family, dtype, backend, 2, prefix_of=1)
+    assert_replay(pm, log, family, backend, 2, prefix_of=1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -151,7 +151,7 @@ def test_suspend_to_host_and_resume(family, dtype, backend):
         tokens.append(int(logits[-1].argmax()))
     if dtype == torch.float32:
         assert_same(tokens, torch.stack(logits), *hm.reference(pm.model, p, NEW))
-    assert_replay(pm, log, family, dtype, backend, 1)
+    assert_replay(pm, log, family, backend, 1)
 
 
 def _table(pm, rid):
@@ -175,7 +175,7 @@ def test_chunked_prefill(family, dtype, backend):
     assert pm.forward_tokens == len(p) + NEW - 1
     if dtype == torch.float32:
         assert_same(tokens, logits, *hm.reference(pm.model, p, NEW))
-    assert_replay(pm, log, family, dtype, backend, 1)
+    assert_replay(pm, log, family, backend, 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -191,7 +191,7 @@ def test_speculative_decoding_with_rejected_drafts(family, dtype, backend):
     n = min(len(tokens), NEW + 4)
     if dtype == torch.float32:
         assert_same(tokens[:n], logits[:n], ref_tokens[:n], ref_logits[:n], VERIFY_TOL)
-    assert_replay(pm, log, family, dtype, backend, 1)
+    assert_replay(pm, log, family, backend, 1)
 
 
 def _corrupt_state(pm):
@@ -310,7 +310,7 @@ CONV_PREFILL_FAMILIES = ("bamba", "qwen3_5_text", "qwen3_5_moe_text")
 CPU_FP32_TOL = 1e-5
 
 
-def _strict_tolerance(family, dtype, device, conv, decode):
+def _strict_tolerance(family, device, conv, decode):
     if device == "cpu":  # bf16 too: bench/hf_report.py saw up to 1.34e-7 (fp32 logits) there
         return CPU_FP32_TOL
     # In bf16 as well: Falcon-H1 returns fp32 logits and its conv decode differed by 1.19e-7 on
@@ -330,8 +330,8 @@ def test_logits_equal_the_own_cache_run_on_the_same_chunks(family, dtype, backen
     prefill = sum(len(c) for c in chunks[:-3])
     conv = any(d["mixer"] in ("mamba1", "mamba2") for d in pm.description.layers)
     diff = (logits[:prefill] - own[:prefill]).abs().max().item()
-    tol = _strict_tolerance(family, dtype, device, conv, decode=False)
+    tol = _strict_tolerance(family, device, conv, decode=False)
     assert diff <= tol, f"prefill: largest logit difference {diff:.3g} > {tol} on identical chunks"
     diff = (logits[prefill:] - own[prefill:]).abs().max().item()
-    tol = _strict_tolerance(family, dtype, device, conv, decode=True)
+    tol = _strict_tolerance(family, device, conv, decode=True)
     assert diff <= tol, f"decode: largest logit difference {diff:.3g} > {tol}"

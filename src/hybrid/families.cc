@@ -12,6 +12,7 @@
 #include "hybrid/families.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "hybrid/family_builder.h"
@@ -341,41 +342,63 @@ void read_lfm2(const Fields& f, ModelDescription& out, Builder& b) {
   out.family = "short conv";
 }
 
-// Attention only, full or sliding window per layer (layer_types).
-const std::set<std::string>& dense_types() {
-  static const std::set<std::string> kTypes = {
-      "mistral",     "llama",   "qwen2",       "qwen3",
-      "gemma3_text", "gpt_oss", "gemma2",      "cohere2",
-      "exaone4",     "olmo3",   "granite_swa", "ministral",
-      "vaultgemma",  "afmoe",   "cohere2_moe", "cohere_compass_text",
-      "cwm",         "dots1",   "exaone_moe",  "granitemoe_swa",
-      "laguna",      "mellum"};
-  return kTypes;
-}
-
-// Gated delta net + full attention (Qwen3-Next's layout and field names).
-const std::set<std::string>& gdn_types() {
-  static const std::set<std::string> kTypes = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
-                                               "olmo_hybrid"};
-  return kTypes;
-}
-
 // Multimodal wrappers whose cache layers are those of their text_config.
 const std::set<std::string>& wrapper_types() {
   static const std::set<std::string> kTypes = {"qwen3_5", "qwen3_5_moe", "gemma3"};
   return kTypes;
 }
 
+using Reader = void (*)(const Fields&, const std::string& model_type, ModelDescription&, Builder&);
+
+template <void (*Read)(const Fields&, ModelDescription&, Builder&)>
+void any_type(const Fields& f, const std::string&, ModelDescription& out, Builder& b) {
+  Read(f, out, b);
+}
+
+// Every model_type read here (besides the wrappers) and the function that reads its layers.
+const std::map<std::string, Reader>& readers() {
+  static const std::map<std::string, Reader> kReaders = [] {
+    std::map<std::string, Reader> m;
+    auto add = [&m](std::initializer_list<const char*> types, Reader read) {
+      for (const char* t : types) m[t] = read;
+    };
+    add({"nemotron_h"}, any_type<read_nemotron_h>);
+    // Gated delta net + full attention (Qwen3-Next's layout and field names).
+    add({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid"},
+        any_type<read_qwen3_next>);
+    add({"jamba"}, any_type<read_jamba>);
+    add({"falcon_h1"}, any_type<read_falcon_h1>);
+    add({"granitemoehybrid"}, any_type<read_granite>);
+    add({"bamba"}, any_type<read_bamba>);
+    add({"lfm2", "lfm2_moe"}, any_type<read_lfm2>);
+    add({"kimi_linear"}, any_type<read_kimi_linear>);
+    add({"zamba2"}, any_type<read_zamba2>);
+    add({"mamba2"}, any_type<read_mamba2>);
+    add({"mamba", "falcon_mamba"}, any_type<read_mamba>);
+    // Attention only, full or sliding window per layer (layer_types).
+    add({"mistral",     "llama",   "qwen2",       "qwen3",
+         "gemma3_text", "gpt_oss", "gemma2",      "cohere2",
+         "exaone4",     "olmo3",   "granite_swa", "ministral",
+         "vaultgemma",  "afmoe",   "cohere2_moe", "cohere_compass_text",
+         "cwm",         "dots1",   "exaone_moe",  "granitemoe_swa",
+         "laguna",      "mellum"},
+        read_dense);
+    return m;
+  }();
+  return kReaders;
+}
+
 }  // namespace
 
-const char* known_model_types() {
-  return "nemotron_h, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, "
-         "olmo_hybrid, jamba, "
-         "falcon_h1, granitemoehybrid, bamba, lfm2, lfm2_moe, kimi_linear, zamba2, mamba2, mamba, "
-         "falcon_mamba, "
-         "mistral, ministral, llama, qwen2, qwen3, gemma2, gemma3, gemma3_text, vaultgemma, "
-         "gpt_oss, cohere2, exaone4, olmo3, granite_swa, afmoe, cohere2_moe, cohere_compass_text, "
-         "cwm, dots1, exaone_moe, granitemoe_swa, laguna, mellum";
+const std::string& known_model_types() {
+  static const std::string kNames = [] {
+    std::set<std::string> names(wrapper_types());
+    for (const auto& [name, read] : readers()) names.insert(name);
+    std::string out;
+    for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+    return out;
+  }();
+  return kNames;
 }
 
 void read_family(const Fields& f, const std::string& model_type, const ModelOptions& options,
@@ -387,20 +410,12 @@ void read_family(const Fields& f, const std::string& model_type, const ModelOpti
     if (wrapper_types().count(text_type)) text.fail("model_type", "'" + text_type + "' nests");
     return read_family(text, text_type, options, out);
   }
+  const auto it = readers().find(model_type);
+  if (it == readers().end()) {
+    f.fail("model_type", "'" + model_type + "' is unknown (known: " + known_model_types() + ")");
+  }
   Builder b(f, options, out);
-  if (model_type == "nemotron_h") return read_nemotron_h(f, out, b);
-  if (gdn_types().count(model_type)) return read_qwen3_next(f, out, b);
-  if (model_type == "jamba") return read_jamba(f, out, b);
-  if (model_type == "falcon_h1") return read_falcon_h1(f, out, b);
-  if (model_type == "granitemoehybrid") return read_granite(f, out, b);
-  if (model_type == "bamba") return read_bamba(f, out, b);
-  if (model_type == "lfm2" || model_type == "lfm2_moe") return read_lfm2(f, out, b);
-  if (model_type == "kimi_linear") return read_kimi_linear(f, out, b);
-  if (model_type == "zamba2") return read_zamba2(f, out, b);
-  if (model_type == "mamba2") return read_mamba2(f, out, b);
-  if (model_type == "mamba" || model_type == "falcon_mamba") return read_mamba(f, out, b);
-  if (dense_types().count(model_type)) return read_dense(f, model_type, out, b);
-  f.fail("model_type", "'" + model_type + "' is unknown (known: " + known_model_types() + ")");
+  it->second(f, model_type, out, b);
 }
 
 }  // namespace hybridkv::model_detail

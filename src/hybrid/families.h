@@ -43,6 +43,6 @@ void read_family(const Fields& f, const std::string& model_type, const ModelOpti
                  ModelDescription& out);
 
 // The names read_family knows, for the "unknown model_type" message.
-const char* known_model_types();
+const std::string& known_model_types();
 
 }  // namespace hybridkv::model_detail

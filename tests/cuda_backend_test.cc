@@ -82,9 +82,10 @@ TEST(CudaBackend, ResumeOrdersTheEnginesStreamAfterTheOnboardingCopies) {
     ASSERT_EQ(cudaMemcpyAsync(seen.data(), page, key.size, cudaMemcpyDeviceToHost, stream),
               cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    m->read_pool_bytes(expected.data(), page, key.size);  // after every copy, for comparison
+    testing::read_pool_bytes(*m, expected.data(), page,
+                             key.size);  // after every copy, for comparison
     m->synchronize();
-    m->read_pool_bytes(expected.data(), page, key.size);
+    testing::read_pool_bytes(*m, expected.data(), page, key.size);
     EXPECT_EQ(seen, expected);
     ASSERT_OK(engine.verify(*r.cache, r.fake));
     ASSERT_OK(r.cache->suspend());

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "hybridkv/manager.h"
+#include "hybridkv/testing/fault_env.h"
 #include "hybridkv/units.h"
 #include "lifecycle_fixture.h"
 
@@ -74,9 +75,11 @@ TEST(DiskTier, SuspendedRequestsCascadeToDiskAndComeBackIntact) {
 
 TEST(DiskTier, AFailedWriteIsNeverReadAsValid) {
   testing::TempDir dir;
-  auto m = testing::make_manager(disk_model(dir.path));
+  auto env = std::make_shared<testing::FaultInjectionEnv>();
+  auto m = testing::make_manager(disk_model(dir.path),
+                                 {.kind = testing::test_backend().kind, .env = env});
   ASSERT_NE(m, nullptr);
-  testing::set_disk_fault(*m, true);
+  env->set_disk_fault(true);
   testing::FakeEngine engine(*m);
   std::mt19937_64 rng(8);
   std::vector<Request> requests = fill_down_to_disk(*m, engine, rng);

@@ -297,8 +297,8 @@ TEST_P(HybridFamily, ResetReplayZeroesOnlyTheReplayBuffers) {
   m.wait(hybrid_->cache(1)->ready_event());
   auto read = [&](const PlannedBuffer& b) {
     std::vector<std::byte> bytes(b.size);
-    m.read_pool_bytes(
-        bytes.data(),
+    testing::read_pool_bytes(
+        m, bytes.data(),
         m.slot_address(TierKind::kGpu, b.pool_group, b.pool, static_cast<uint32_t>(slot)) +
             b.offset,
         b.size);
@@ -433,7 +433,8 @@ TEST(HybridDiagnostics, NonFiniteValuesAreReportedWithLayerRoleAndSlot) {
   const PlannedBuffer& ssm = **plan.find_buffer(2, "ssm_state");
   const int32_t slot = *cache.state_index(ssm.group);
   const float nan = std::nanf("");
-  h->manager().write_pool_bytes(
+  testing::write_pool_bytes(
+      h->manager(),
       h->manager().slot_address(TierKind::kGpu, ssm.pool_group, ssm.pool, slot) + ssm.offset +
           5 * 4,
       &nan, 4);
@@ -442,7 +443,8 @@ TEST(HybridDiagnostics, NonFiniteValuesAreReportedWithLayerRoleAndSlot) {
   const PlannedBuffer& key = plan.buffers()[plan.cache_group(attention).buffers[0]];
   const int32_t block0 = (*cache.block_table(attention))[0];
   const uint16_t inf_bf16 = 0x7f80;
-  h->manager().write_pool_bytes(
+  testing::write_pool_bytes(
+      h->manager(),
       h->manager().slot_address(TierKind::kGpu, key.pool_group, key.pool, block0) + key.offset,
       &inf_bf16, 2);
   const std::vector<NonFiniteReport> reports = h->scan_non_finite(7);

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "hybridkv/testing/fault_env.h"
 #include "lifecycle_fixture.h"
 
 namespace hybridkv {
@@ -464,7 +465,8 @@ TEST_F(Lifecycle, ShutdownIsRefusedWhileCachesAreOpen) {
 }
 
 TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
-  auto m = make_manager(LifecycleModel{}, BackendOptions{});
+  auto env = std::make_shared<testing::FaultInjectionEnv>();
+  auto m = make_manager(LifecycleModel{}, BackendOptions{.env = env});
   testing::FakeEngine engine(*m);
   Request a = make_request(*m, random_tokens(rng_, 700), 600);
   ASSERT_OK(a.cache->resume({}));
@@ -478,7 +480,7 @@ TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
     ASSERT_OK(others.back().cache->suspend());
   }
   // Hold every copy: A's pages come back from the host only when the gate opens.
-  testing::set_copy_gate(*m, false);
+  env->set_copy_gate(false);
   ASSERT_OK(a.cache->resume({}));
   EXPECT_GT(m->take_iteration_stats().pages_onboarded, 0u);
   const CopyEvent ready = a.cache->ready_event();
@@ -490,7 +492,7 @@ TEST_F(Lifecycle, NothingReadsAPageBeforeItsCopyCompletes) {
   std::vector<std::byte> seen(first, first + 64);
   std::thread opener([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    testing::set_copy_gate(*m, true);
+    env->set_copy_gate(true);
   });
   // verify() waits for the ready event, so it sees the copied bytes.
   ASSERT_OK(engine.verify(*a.cache, a.fake));

@@ -45,7 +45,7 @@ uint64_t covered_digest(const KvCacheManager& m, const testing::TreePage& t) {
         (snapshot ? pb.snapshot_offset : pb.offset);
     const uint64_t size = snapshot ? pb.snapshot_size : pb.size;
     std::vector<std::byte> bytes(g.kind == GroupKind::kSsm ? size : t.coverage * size / tpb);
-    m.read_pool_bytes(bytes.data(), at, bytes.size());
+    testing::read_pool_bytes(m, bytes.data(), at, bytes.size());
     for (std::byte b : bytes) h = (h ^ static_cast<uint8_t>(b)) * 1099511628211ull;
   }
   return h;

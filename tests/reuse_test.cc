@@ -34,7 +34,7 @@ uint64_t slot_digest(const KvCacheManager& m, TierKind tier, PoolGroupId pg, uin
   const PoolGroup& group = m.plan().pool_group(pg);
   for (uint32_t p = 0; p < group.pools.size(); ++p) {
     std::vector<std::byte> bytes(group.pools[p].slot_bytes);
-    m.read_pool_bytes(bytes.data(), m.slot_address(tier, pg, p, slot), bytes.size());
+    testing::read_pool_bytes(m, bytes.data(), m.slot_address(tier, pg, p, slot), bytes.size());
     for (std::byte b : bytes) h = (h ^ static_cast<uint8_t>(b)) * 1099511628211ull;
   }
   return h;

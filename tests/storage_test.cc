@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "hybridkv/testing/fault_env.h"
 #include "memory/backend.h"
 #include "storage/storage.h"
 
@@ -260,8 +261,9 @@ TEST_F(StorageTest, CheckerFindsAPageWithNoHolder) {
 // carries nothing for it); pages that stay get their bytes.
 TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
   const StoragePlan plan = small_plan(true);  // host: 4 slots
+  auto env = std::make_shared<testing::FaultInjectionEnv>();
   std::unique_ptr<memory::MemoryBackend> backend =
-      std::move(memory::make_backend({BackendKind::kHost})).value();
+      std::move(memory::make_backend({.kind = BackendKind::kHost, .env = env})).value();
   ASSERT_TRUE(backend->allocate(plan).is_ok());
   Storage storage(plan, backend.get());
   Recorder recorder;
@@ -276,7 +278,7 @@ TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
                     storage.page(ids.back()).slot.value * slot_bytes;
     std::memset(at, static_cast<int>(ids.size() % 251), slot_bytes);
   }
-  backend->set_copy_gate(false);       // hold every copy
+  env->set_copy_gate(false);           // hold every copy
   storage.make_room(kGpuTier, pg, 4);  // pages 0-3 go to the host, copies queued
   (void)storage.flush();
   storage.make_room(kGpuTier, pg, 8);  // pages 4-7 follow and push 0-3 out: dropped
@@ -284,7 +286,7 @@ TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
   EXPECT_EQ(recorder.dropped, (std::vector<OwnerTag>{0, 1, 2, 3}));
   EXPECT_EQ(storage.stats().pages_offload_cancelled, 4u);
   EXPECT_EQ(storage.stats().bytes_offload_cancelled, 4 * plan.pool_group(pg).slot_bytes);
-  backend->set_copy_gate(true);
+  env->set_copy_gate(true);
   backend->wait(CopyEvent{UINT64_MAX});
   for (size_t k = 4; k < 8; ++k) {
     const Page& p = storage.page(ids[k]);

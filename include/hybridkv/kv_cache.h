@@ -42,6 +42,7 @@ class KvCacheManager;
 class KvCache;
 namespace cache_detail {
 class ManagerCore;
+struct CoreAccess;
 }
 
 // A planned snapshot drop (KvCache::plan_snapshot_drop): a value that names the plan. It may

@@ -24,10 +24,6 @@
 
 namespace hybridkv {
 
-namespace testing {
-class ManagerInspector;
-}
-
 struct CacheOptions {
   ReuseScope scope;
   std::vector<int32_t> input_tokens;       // the prompt (prefix matching uses it)
@@ -121,13 +117,6 @@ class KvCacheManager {
   // Address of slot `slot` of pool `pool` of a pool group on a tier (nullptr: none backend).
   std::byte* slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool,
                           uint32_t slot) const;
-  // CPU access to pool bytes at slot addresses (a device copy on CUDA's GPU tier): for tests
-  // and diagnostics, not for the data path.
-  void read_pool_bytes(void* dst, const std::byte* src, size_t n) const;
-  void write_pool_bytes(std::byte* dst, const void* src, size_t n) const;
-  // Many transfers in one go (CUDA: one kernel and one synchronization for all of them).
-  void read_pool_bytes(std::span<const PoolTransfer> transfers) const;
-  void write_pool_bytes(std::span<const PoolTransfer> transfers) const;
   // Sets every byte of each span of pool memory to `value`, ordered on `stream` (CUDA: one
   // batched kernel on the engine's stream; elsewhere at once).
   void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream = {});
@@ -137,7 +126,7 @@ class KvCacheManager {
                                         std::span<const DType> dtypes) const;
 
  private:
-  friend class testing::ManagerInspector;  // the hybridkv_testing library's checks
+  friend struct cache_detail::CoreAccess;  // the implementation's own layers (cache/)
   explicit KvCacheManager(std::shared_ptr<cache_detail::ManagerCore> core);
   std::shared_ptr<cache_detail::ManagerCore> core_;
 };

@@ -13,8 +13,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace hybridkv {
+
+class Env;
 
 enum class BackendKind : uint8_t { kNone, kHost, kCuda };
 const char* backend_kind_name(BackendKind kind);
@@ -31,7 +34,7 @@ struct Stream {
   uintptr_t handle = 0;
 };
 
-// One CPU <-> pool memory transfer of KvCacheManager::read_pool_bytes / write_pool_bytes.
+// One CPU <-> pool memory transfer (the testing library's read_pool_bytes / write_pool_bytes).
 struct PoolTransfer {
   std::byte* pool = nullptr;  // a slot address (KvCacheManager::slot_address) plus an offset
   std::byte* host = nullptr;  // CPU memory
@@ -41,6 +44,9 @@ struct PoolTransfer {
 struct BackendOptions {
   BackendKind kind = BackendKind::kHost;
   int device = 0;  // kCuda: the CUDA device of the GPU tier
+  // The system the backend runs on (disk I/O, the host copy thread; hybridkv/env.h); null:
+  // Env::system().
+  std::shared_ptr<Env> env = nullptr;
 };
 
 // Whether this library was built with the CUDA backend (kCuda otherwise is refused at creation).

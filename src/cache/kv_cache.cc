@@ -162,18 +162,6 @@ void KvCacheManager::stream_wait(Stream stream, CopyEvent event) {
 }
 Status KvCacheManager::copy_status() const { return core_->backend().copy_status(); }
 BackendKind KvCacheManager::backend_kind() const { return core_->backend().kind(); }
-void KvCacheManager::read_pool_bytes(void* dst, const std::byte* src, size_t n) const {
-  core_->backend().read_bytes(dst, src, n);
-}
-void KvCacheManager::write_pool_bytes(std::byte* dst, const void* src, size_t n) const {
-  core_->backend().write_bytes(dst, src, n);
-}
-void KvCacheManager::read_pool_bytes(std::span<const PoolTransfer> transfers) const {
-  core_->backend().read_many(transfers);
-}
-void KvCacheManager::write_pool_bytes(std::span<const PoolTransfer> transfers) const {
-  core_->backend().write_many(transfers);
-}
 void KvCacheManager::fill(std::span<const std::span<std::byte>> spans, uint8_t value,
                           Stream stream) {
   core_->backend().fill(spans, value, stream);

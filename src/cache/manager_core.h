@@ -21,10 +21,6 @@
 #include "prefix/prefix_index.h"
 #include "storage/storage.h"
 
-namespace hybridkv::testing {
-class ManagerInspector;
-}
-
 namespace hybridkv::cache_detail {
 
 // A cache's scalar fields, read together under one lock.
@@ -40,6 +36,12 @@ struct CacheInfo {
 // Per pool group: whether rebalancing trades its slots (shared KV and snapshot pool groups;
 // rebalance.cc).
 std::vector<bool> rebalanced_pool_groups(const StoragePlan& plan);
+
+// The core behind a KvCacheManager handle, for the implementation's own libraries (the
+// public classes are handles over it).
+struct CoreAccess {
+  static const ManagerCore& of(const KvCacheManager& manager) { return *manager.core_; }
+};
 
 class ManagerCore {
  public:
@@ -106,10 +108,15 @@ class ManagerCore {
   // whole metadata state for before/after equality. The testing library exposes both.
   std::string check() const;
   std::string snapshot() const;
+  // Calls `fn(storage, index)` under the shared lock: read-only access for diagnostics.
+  template <typename Fn>
+  void read_locked(Fn&& fn) const {
+    std::shared_lock lock(mu_);
+    fn(static_cast<const storage::Storage&>(storage_),
+       static_cast<const prefix::PrefixIndex&>(index_));
+  }
 
  private:
-  friend class testing::ManagerInspector;  // reads storage_ and index_ under mu_ (shared)
-
   // All private members: Requires mu_ held (exclusively where they change anything).
   Status expect_state(uint32_t id, CacheState want, const char* op) const;
   Status check_group(uint32_t id, CacheGroupId group, uint32_t beam) const;

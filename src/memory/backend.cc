@@ -47,7 +47,7 @@ Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& option
     case BackendKind::kNone:
       return std::unique_ptr<MemoryBackend>(new NoneBackend());
     case BackendKind::kHost:
-      return make_host_backend();
+      return make_host_backend(options.env);
     case BackendKind::kCuda:
       return make_cuda_backend(options);
   }

@@ -55,10 +55,6 @@ class MemoryBackend {
   }
   // The first copy that failed (a DISK write or read), or ok.
   virtual Status copy_status() const { return Status::ok(); }
-  // For hybridkv_testing: DISK writes fail from now on (as if the device returned EIO).
-  virtual void set_disk_fault(bool on) { (void)on; }
-  // For hybridkv_testing (host backend): a closed gate holds every copy until opened.
-  virtual void set_copy_gate(bool open) { (void)open; }
 
   // --- pools that grow and shrink (runtime quotas, rebalancing) ---
   // Backs the first `slots` slots of every pool of (tier, pool group); on failure nothing new

@@ -89,7 +89,7 @@ Status CudaBackend::allocate(const StoragePlan& plan) {
       if (Status s = allocate_tier(plan, tier); !s) return s;
       continue;
     }
-    Result<std::unique_ptr<DiskStore>> disk = DiskStore::open(disk_directory(plan), plan, t);
+    Result<std::unique_ptr<DiskStore>> disk = DiskStore::open(disk_directory(plan), plan, t, env_);
     if (!disk) return disk.status();
     disk_ = std::move(disk).value();
     bounce_bytes_ = 64ull << 20;  // GPU <-> DISK staging, reused once its batch is on disk
@@ -301,7 +301,7 @@ void CudaBackend::shrink(TierKind tier, PoolGroupId pg, uint64_t slots, CopyEven
 }  // namespace cuda_detail
 
 Result<std::unique_ptr<MemoryBackend>> make_cuda_backend(const BackendOptions& options) {
-  return std::unique_ptr<MemoryBackend>(new cuda_detail::CudaBackend(options.device));
+  return std::unique_ptr<MemoryBackend>(new cuda_detail::CudaBackend(options.device, options.env));
 }
 
 }  // namespace hybridkv::memory

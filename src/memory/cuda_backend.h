@@ -48,7 +48,7 @@ constexpr size_t kLaunchPieces = 4096;
 
 class CudaBackend final : public MemoryBackend {
  public:
-  explicit CudaBackend(int device) : device_(device) {}
+  CudaBackend(int device, std::shared_ptr<Env> env) : device_(device), env_(std::move(env)) {}
   BackendKind kind() const override { return BackendKind::kCuda; }
   ~CudaBackend() override;
 
@@ -71,9 +71,6 @@ class CudaBackend final : public MemoryBackend {
   std::vector<uint64_t> scan_non_finite(std::span<const std::span<const std::byte>> spans,
                                         std::span<const DType> dtypes) const override;
   Status copy_status() const override { return disk_ ? disk_->status() : Status::ok(); }
-  void set_disk_fault(bool on) override {
-    if (disk_) disk_->set_fault(on);
-  }
 
  private:
   struct PoolMemory {
@@ -125,6 +122,7 @@ class CudaBackend final : public MemoryBackend {
   std::unordered_map<uint32_t, uint32_t> pools_per_group_;
   ConversionTable conversions_;
   std::unique_ptr<DiskStore> disk_;
+  std::shared_ptr<Env> env_;  // the DISK tier's I/O
   std::byte* bounce_ = nullptr;   // pinned staging of GPU <-> DISK copies
   std::byte* staging_ = nullptr;  // pinned staging of read_many / write_many
   uint64_t staging_bytes_ = 0;

@@ -42,7 +42,8 @@ int open_private_file(const std::string& dir, bool direct) {
 }  // namespace
 
 Result<std::unique_ptr<DiskStore>> DiskStore::open(const std::string& directory,
-                                                   const StoragePlan& plan, uint32_t tier) {
+                                                   const StoragePlan& plan, uint32_t tier,
+                                                   std::shared_ptr<Env> env) {
   const TierPlan& tp = plan.tiers()[tier];
   const std::string where = "DISK tier directory '" + directory + "'";
   struct stat st {};
@@ -65,6 +66,7 @@ Result<std::unique_ptr<DiskStore>> DiskStore::open(const std::string& directory,
   }
   std::unique_ptr<DiskStore> d(new DiskStore());
   d->directory_ = directory;
+  d->env_ = env ? std::move(env) : Env::system();
   d->files_.resize(plan.pool_groups().size());
   d->bad_.resize(plan.pool_groups().size());
   for (const PoolGroup& pg : plan.pool_groups()) {
@@ -111,15 +113,9 @@ bool DiskStore::transfer(const File& f, const DiskOp& op, std::byte* staging) {
     if (op.to_disk) {
       std::memcpy(staging, op.memory + done, n);
       if (io > n) std::memset(staging + n, 0, io - n);
-      if (fault_) {
-        errno = EIO;
-        return false;
-      }
-      if (pwrite(f.fd, staging, io, static_cast<off_t>(at + done)) != static_cast<ssize_t>(io))
-        return false;
+      if (!env_->write_at(f.fd, staging, io, at + done)) return false;
     } else {
-      if (pread(f.fd, staging, io, static_cast<off_t>(at + done)) != static_cast<ssize_t>(io))
-        return false;
+      if (!env_->read_at(f.fd, staging, io, at + done)) return false;
       std::memcpy(op.memory + done, staging, n);
     }
   }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "hybridkv/env.h"
 #include "hybridkv/plan.h"
 #include "hybridkv/status.h"
 
@@ -36,7 +37,8 @@ class DiskStore {
   // Opens the files of `tier` (a DISK tier of `plan`) under `directory`: a missing, read-only or
   // too small directory is an error naming it.
   static Result<std::unique_ptr<DiskStore>> open(const std::string& directory,
-                                                 const StoragePlan& plan, uint32_t tier);
+                                                 const StoragePlan& plan, uint32_t tier,
+                                                 std::shared_ptr<Env> env);
   ~DiskStore();
   DiskStore(const DiskStore&) = delete;
   DiskStore& operator=(const DiskStore&) = delete;
@@ -45,8 +47,6 @@ class DiskStore {
   void run(std::span<const DiskOp> ops);
   // The first I/O failure so far (ok when none).
   Status status() const;
-  // For hybridkv_testing: every later write fails as if the device returned EIO.
-  void set_fault(bool on) { fault_ = on; }
 
  private:
   struct File {
@@ -64,7 +64,7 @@ class DiskStore {
   std::vector<std::vector<File>> files_;   // [pool group][pool]
   std::vector<std::vector<uint8_t>> bad_;  // [pool group][slot * pools + pool]: write failed
   std::vector<std::byte*> staging_;        // one aligned buffer per I/O thread
-  bool fault_ = false;
+  std::shared_ptr<Env> env_;  // pread / pwrite
   mutable std::mutex mu_;  // guards status_
   Status status_;
 };

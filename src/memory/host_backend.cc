@@ -22,14 +22,13 @@ namespace {
 class HostBackend final : public MemoryBackend {
  public:
   BackendKind kind() const override { return BackendKind::kHost; }
-  HostBackend() {
+  explicit HostBackend(std::shared_ptr<Env> env) : env_(env ? std::move(env) : Env::system()) {
     worker_ = std::thread([this] { run(); });
   }
   ~HostBackend() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
-      gate_open_ = true;
     }
     cv_.notify_all();
     worker_.join();
@@ -39,7 +38,8 @@ class HostBackend final : public MemoryBackend {
     for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
       const TierPlan& tier = plan.tiers()[t];
       if (tier.kind == TierKind::kDisk) {
-        Result<std::unique_ptr<DiskStore>> disk = DiskStore::open(disk_directory(plan), plan, t);
+        Result<std::unique_ptr<DiskStore>> disk =
+            DiskStore::open(disk_directory(plan), plan, t, env_);
         if (!disk) return disk.status();
         disk_ = std::move(disk).value();
         continue;
@@ -106,17 +106,6 @@ class HostBackend final : public MemoryBackend {
   }
 
   Status copy_status() const override { return disk_ ? disk_->status() : Status::ok(); }
-  void set_disk_fault(bool on) override {
-    if (disk_) disk_->set_fault(on);
-  }
-
-  void set_copy_gate(bool open) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      gate_open_ = open;
-    }
-    cv_.notify_all();
-  }
 
  private:
   struct FreeBytes {
@@ -137,21 +126,30 @@ class HostBackend final : public MemoryBackend {
 
   void run() {
     for (;;) {
-      Batch batch;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || (gate_open_ && !queue_.empty()); });
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping with nothing left
-        batch = std::move(queue_.front());
-        queue_.pop_front();
       }
-      execute(batch.copies);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        completed_ = batch.ticket;
-      }
-      done_cv_.notify_all();
+      // The Env runs the batch: one that holds it leaves it queued (and cancellable).
+      env_->run_copies([this] { run_front(); });
     }
+  }
+
+  // Takes the queue's first batch (only this thread takes), runs it and completes its event.
+  void run_front() {
+    Batch batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    execute(batch.copies);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      completed_ = batch.ticket;
+    }
+    done_cv_.notify_all();
   }
 
   void execute(std::span<const SlotCopy> copies) {
@@ -225,14 +223,16 @@ class HostBackend final : public MemoryBackend {
   std::deque<Batch> queue_;
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
-  bool gate_open_ = true;
   bool stopping_ = false;
+  std::shared_ptr<Env> env_;  // runs each batch; the DISK tier's I/O
   std::thread worker_;
 };
 
 }  // namespace
 
-std::unique_ptr<MemoryBackend> make_host_backend() { return std::make_unique<HostBackend>(); }
+std::unique_ptr<MemoryBackend> make_host_backend(std::shared_ptr<Env> env) {
+  return std::make_unique<HostBackend>(std::move(env));
+}
 
 std::string disk_directory(const StoragePlan& plan) {
   for (const TierConfig& t : plan.config().tiers) {

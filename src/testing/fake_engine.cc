@@ -1,5 +1,6 @@
 #include "hybridkv/testing/fake_engine.h"
 
+#include "hybridkv/testing/inspect.h"
 #include "hybridkv/testing/mix.h"
 
 #include <algorithm>
@@ -150,7 +151,7 @@ Status FakeEngine::run_checks() {
         }
       }
     }
-    manager_.read_pool_bytes(transfers);
+    read_pool_bytes(manager_, transfers);
   }
   for (const Check& c : checks_) {
     const Region& g = regions_[c.region];
@@ -284,7 +285,7 @@ void FakeEngine::flush_writes() {
   std::vector<PoolTransfer> transfers;
   for (const PendingWrite& w : pending_writes_)
     transfers.push_back({w.pool, write_stage_.data() + w.stage, w.n});
-  if (!transfers.empty()) manager_.write_pool_bytes(transfers);
+  if (!transfers.empty()) write_pool_bytes(manager_, transfers);
   pending_writes_.clear();
   write_stage_.clear();
 }

@@ -4,44 +4,46 @@
 
 namespace hybridkv::testing {
 
-const cache_detail::ManagerCore& ManagerInspector::core(const KvCacheManager& manager) {
-  return *manager.core_;
+namespace {
+
+const cache_detail::ManagerCore& core(const KvCacheManager& manager) {
+  return cache_detail::CoreAccess::of(manager);
 }
 
-std::string check_invariants(const KvCacheManager& manager) {
-  return ManagerInspector::core(manager).check();
-}
+}  // namespace
 
-std::string debug_snapshot(const KvCacheManager& manager) {
-  return ManagerInspector::core(manager).snapshot();
-}
+std::string check_invariants(const KvCacheManager& manager) { return core(manager).check(); }
 
-std::vector<TreePage> ManagerInspector::tree_pages(const cache_detail::ManagerCore& core) {
-  std::shared_lock lock(core.mu_);
+std::string debug_snapshot(const KvCacheManager& manager) { return core(manager).snapshot(); }
+
+std::vector<TreePage> tree_pages(const KvCacheManager& manager) {
   std::vector<TreePage> out;
-  const prefix::RadixTree& tree = core.index_.tree();
-  tree.for_each_node([&](prefix::NodeId id, const prefix::Node& node) {
-    const auto pages = tree.pages(id);
-    for (uint32_t g = 0; g < pages.size(); ++g) {
-      if (pages[g].page == storage::kNoPage) continue;
-      const storage::Page& p = core.storage_.page(pages[g].page);
-      out.push_back({node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value,
-                     pages[g].coverage, node.start, p.demoted, p.age_class});
-    }
+  core(manager).read_locked([&](const storage::Storage& storage, const prefix::PrefixIndex& index) {
+    const prefix::RadixTree& tree = index.tree();
+    tree.for_each_node([&](prefix::NodeId id, const prefix::Node& node) {
+      const auto pages = tree.pages(id);
+      for (uint32_t g = 0; g < pages.size(); ++g) {
+        if (pages[g].page == storage::kNoPage) continue;
+        const storage::Page& p = storage.page(pages[g].page);
+        out.push_back({node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value,
+                       pages[g].coverage, node.start, p.demoted, p.age_class});
+      }
+    });
   });
   return out;
 }
 
-std::vector<TreePage> tree_pages(const KvCacheManager& manager) {
-  return ManagerInspector::tree_pages(ManagerInspector::core(manager));
+void read_pool_bytes(const KvCacheManager& manager, void* dst, const std::byte* src, size_t n) {
+  core(manager).backend().read_bytes(dst, src, n);
 }
-
-void set_copy_gate(KvCacheManager& manager, bool open) {
-  ManagerInspector::core(manager).backend().set_copy_gate(open);
+void write_pool_bytes(const KvCacheManager& manager, std::byte* dst, const void* src, size_t n) {
+  core(manager).backend().write_bytes(dst, src, n);
 }
-
-void set_disk_fault(KvCacheManager& manager, bool on) {
-  ManagerInspector::core(manager).backend().set_disk_fault(on);
+void read_pool_bytes(const KvCacheManager& manager, std::span<const PoolTransfer> transfers) {
+  core(manager).backend().read_many(transfers);
+}
+void write_pool_bytes(const KvCacheManager& manager, std::span<const PoolTransfer> transfers) {
+  core(manager).backend().write_many(transfers);
 }
 
 std::string InvariantChecker::check(const KvCacheManager& manager) {

@@ -50,7 +50,7 @@ class FakeEngine {
   // Writes too only that many bytes at each end of every region (0: every byte). For long
   // simulations of real-size models, where writing whole states each step would dominate.
   void set_sampled_writes(uint64_t bytes_per_end) { sample_writes_ = bytes_per_end; }
-  // Reads and writes pool bytes through staging copies (KvCacheManager::read_pool_bytes), as
+  // Reads and writes pool bytes through staging copies (testing::read_pool_bytes), as
   // it must for the CUDA backend's GPU tier; on by itself there, and settable so that the host
   // backend's tests cover that path too.
   void set_staged_access(bool on) { device_memory_ = on; }

@@ -4,12 +4,16 @@
 // check_invariants() runs every invariant of DESIGN §9 (slot ownership, page states against
 // their holders, queue contents and order, tree consistency, counters); InvariantChecker adds
 // what needs memory across calls (a tree block's coverage only grows). debug_snapshot() dumps the
-// whole metadata state for before/after equality around refused operations.
+// whole metadata state for before/after equality around refused operations. The library reaches
+// the manager's state through the implementation's own access point (cache_detail::CoreAccess);
+// the product's interfaces carry no hook for it.
 //
 // Thread-safety: each call takes the manager's lock (shared).
 #pragma once
 
+#include <cstddef>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,11 +41,13 @@ struct TreePage {
 };
 std::vector<TreePage> tree_pages(const KvCacheManager& manager);
 
-// Host backend: a closed gate holds every copy until opened (a test proves nothing reads a page
-// before its copy completed). No effect on other backends.
-void set_copy_gate(KvCacheManager& manager, bool open);
-// DISK tier: every later write fails as if the device returned EIO (the slot is marked bad).
-void set_disk_fault(KvCacheManager& manager, bool on);
+// CPU access to pool bytes at slot addresses (KvCacheManager::slot_address plus an offset): a
+// plain copy where pools are host memory, a device copy on CUDA's GPU tier.
+void read_pool_bytes(const KvCacheManager& manager, void* dst, const std::byte* src, size_t n);
+void write_pool_bytes(const KvCacheManager& manager, std::byte* dst, const void* src, size_t n);
+// Many transfers in one go (CUDA: one kernel and one synchronization for all of them).
+void read_pool_bytes(const KvCacheManager& manager, std::span<const PoolTransfer> transfers);
+void write_pool_bytes(const KvCacheManager& manager, std::span<const PoolTransfer> transfers);
 
 // check_invariants() plus the invariants across calls: a tree block's coverage never shrinks
 // while the block lives.
@@ -51,14 +57,6 @@ class InvariantChecker {
 
  private:
   std::map<std::pair<BlockKey, uint32_t>, uint32_t> coverage_;
-};
-
-// The friend of KvCacheManager (and of its core) through which this library reaches the
-// manager's state.
-class ManagerInspector {
- public:
-  static const cache_detail::ManagerCore& core(const KvCacheManager& manager);
-  static std::vector<TreePage> tree_pages(const cache_detail::ManagerCore& core);
 };
 
 }  // namespace hybridkv::testing

@@ -1,0 +1,32 @@
+#include "hybridkv/testing/fault_env.h"
+
+#include <cerrno>
+
+namespace hybridkv::testing {
+
+bool FaultInjectionEnv::write_at(int fd, const void* src, size_t n, uint64_t offset) {
+  if (disk_fault_) {
+    errno = EIO;
+    return false;
+  }
+  return Env::write_at(fd, src, n, offset);
+}
+
+void FaultInjectionEnv::run_copies(const std::function<void()>& batch) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return gate_open_; });
+  }
+  batch();
+  ++batches_run_;
+}
+
+void FaultInjectionEnv::set_copy_gate(bool open) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate_open_ = open;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace hybridkv::testing

@@ -43,7 +43,7 @@ class KvCache;
 namespace cache_detail {
 class ManagerCore;
 struct CoreAccess;
-}
+}  // namespace cache_detail
 
 // A planned snapshot drop (KvCache::plan_snapshot_drop): a value that names the plan. It may
 // outlive the cache that made it (and the manager) and is released on its own; copies name

@@ -122,7 +122,7 @@ class CudaBackend final : public MemoryBackend {
   std::unordered_map<uint32_t, uint32_t> pools_per_group_;
   ConversionTable conversions_;
   std::unique_ptr<DiskStore> disk_;
-  std::shared_ptr<Env> env_;  // the DISK tier's I/O
+  std::shared_ptr<Env> env_;      // the DISK tier's I/O
   std::byte* bounce_ = nullptr;   // pinned staging of GPU <-> DISK copies
   std::byte* staging_ = nullptr;  // pinned staging of read_many / write_many
   uint64_t staging_bytes_ = 0;

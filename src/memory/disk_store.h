@@ -64,8 +64,8 @@ class DiskStore {
   std::vector<std::vector<File>> files_;   // [pool group][pool]
   std::vector<std::vector<uint8_t>> bad_;  // [pool group][slot * pools + pool]: write failed
   std::vector<std::byte*> staging_;        // one aligned buffer per I/O thread
-  std::shared_ptr<Env> env_;  // pread / pwrite
-  mutable std::mutex mu_;  // guards status_
+  std::shared_ptr<Env> env_;               // pread / pwrite
+  mutable std::mutex mu_;                  // guards status_
   Status status_;
 };
 

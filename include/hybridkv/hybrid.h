@@ -171,14 +171,43 @@ class HybridCacheManager {
   // the CUDA backend). An engine that resets them itself need not call it.
   void reset_replay(const Step& step, Stream stream = {});
 
+  // --- step buffers at fixed addresses ---
+  // A step's index buffers, sized once for the largest step the serving config allows:
+  // `capacity` = max_batch + dummy_slots entries, block tables of every group that has them
+  // (table_groups, in order) `max_blocks` wide = ceil(max_seq_len / tokens_per_block) (without
+  // max_seq_len: the longest request the GPU tier can hold). In GPU memory with the cuda
+  // backend, so a CUDA graph can capture the kernels that read them; host memory otherwise.
+  // The addresses never change while the manager lives; fill_step() rewrites the contents, so
+  // a step's values are read between its fill_step and the next. Entry e's row of table group
+  // k starts at block_tables + e * row_stride + k * max_blocks; -1 marks what is not in use
+  // (blocks past a request's end, entries past the step).
+  struct StepBuffers {
+    const int32_t* state_indices = nullptr;   // [capacity]
+    const int32_t* replay_indices = nullptr;  // [capacity]
+    const int32_t* block_tables = nullptr;    // [capacity][table_groups][max_blocks]
+    uint32_t capacity = 0;
+    uint32_t max_blocks = 0;
+    uint64_t row_stride = 0;  // table_groups.size() * max_blocks
+    std::vector<CacheGroupId> table_groups;
+    bool on_device = false;
+  };
+  // Allocated on the first call, then fixed.
+  Result<const StepBuffers*> step_buffers();
+  // Writes `step` (prepare_step's, before any other change to its requests) into the step
+  // buffers: the CPU writes pinned staging, then one copy ordered on `stream` (the previous
+  // fill's copy is waited for first). More entries than capacity, or a block table wider than
+  // max_blocks, is an error naming the request, and nothing is written.
+  Status fill_step(const Step& step, Stream stream = {});
+
   // --- diagnostics ---
   // Scans pages by declared dtype for NaN/Inf: one request's, or every living cache's (one
   // batched kernel with the CUDA backend).
   std::vector<NonFiniteReport> scan_non_finite(std::optional<uint64_t> request_id = {}) const;
 
  private:
-  struct Request;   // one request's cache and prompt (hybrid_manager.cc)
-  struct Requests;  // requests by id
+  struct Request;    // one request's cache and prompt (hybrid_manager.cc)
+  struct Requests;   // requests by id
+  struct StepState;  // the step buffers' memory (step_buffers.cc)
   HybridCacheManager() = default;
   Status lookup(uint64_t request_id, Request** out);
   // Each id once, known and ACTIVE; errors name `op` and the request.
@@ -192,6 +221,7 @@ class HybridCacheManager {
   std::unique_ptr<Requests> requests_;
   std::vector<std::unique_ptr<KvCache>> dummies_;
   std::vector<bool> dummy_reset_pending_;
+  std::unique_ptr<StepState> step_state_;
 };
 
 }  // namespace hybridkv

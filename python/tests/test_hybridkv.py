@@ -171,6 +171,27 @@ def test_step_arrays_are_the_steps_own_and_pool_views_alias_its_memory():
         h.pool_view(hk.TierKind.GPU, 9)
 
 
+def test_step_arrays_of_a_smaller_step_survive_a_larger_one():
+    """Issue 32: a 2-request step, then a 5-request step with wider block tables; the first
+    step's arrays still read what they held (they once pointed into vectors the larger step
+    reallocated)."""
+    h = hk.HybridCacheManager(model(), serving(max_batch=6), hk.BackendKind.HOST)
+    for rid in range(1, 6):
+        h.add_request(rid, list(range(rid * 1000, rid * 1000 + 20 + 60 * rid)))
+        h.resume(rid)
+        prefill(h, rid, 20 + 60 * rid)
+    state, replay, tables = h.decode_step([1, 2], group=1)
+    kept = (state.copy(), replay.copy(), tables.copy())
+    big_state, _, big_tables = h.decode_step([1, 2, 3, 4, 5], group=1)
+    assert big_tables.shape[0] == 5 and big_tables.shape[1] > tables.shape[1]
+    for mine, before in zip((state, replay, tables), kept):
+        assert (mine == before).all()
+    assert list(big_tables[4][:len(h.block_table(5, 1))]) == h.block_table(5, 1)
+    del big_state, big_tables
+    gc.collect()
+    assert (tables == kept[2]).all()
+
+
 def test_views_keep_the_manager_alive_and_objects_free_in_any_order():
     h = hk.HybridCacheManager(model(), serving(), hk.BackendKind.HOST)
     h.add_request(1, list(range(20)))

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "hybridkv/hybrid.h"
+#include "hybrid/step_state.h"
 #include "hybridkv/units.h"
 
 namespace hybridkv {

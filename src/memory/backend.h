@@ -21,6 +21,8 @@
 
 namespace hybridkv::memory {
 
+class StepArea;
+
 struct SlotCopy {
   PoolGroupId pool_group;
   // Another pool group for the destination: a live state <-> reduced-precision snapshot copy,
@@ -55,6 +57,9 @@ class MemoryBackend {
   }
   // The first copy that failed (a DISK write or read), or ok.
   virtual Status copy_status() const { return Status::ok(); }
+  // `bytes` for a step's index buffers at a fixed address (step_area.h): device memory on the
+  // CUDA backend, host memory elsewhere.
+  virtual Result<std::unique_ptr<StepArea>> make_step_area(size_t bytes);
 
   // --- pools that grow and shrink (runtime quotas, rebalancing) ---
   // Backs the first `slots` slots of every pool of (tier, pool group); on failure nothing new

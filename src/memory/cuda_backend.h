@@ -71,6 +71,7 @@ class CudaBackend final : public MemoryBackend {
   std::vector<uint64_t> scan_non_finite(std::span<const std::span<const std::byte>> spans,
                                         std::span<const DType> dtypes) const override;
   Status copy_status() const override { return disk_ ? disk_->status() : Status::ok(); }
+  Result<std::unique_ptr<StepArea>> make_step_area(size_t bytes) override;
 
  private:
   struct PoolMemory {

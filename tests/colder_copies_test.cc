@@ -1,4 +1,4 @@
-// Kept copies (ManagerConfig::keep_colder_copies), storage on its own with real bytes (host
+// Kept copies (ManagerConfig::policies.keep_colder_copies), storage on its own with real bytes (host
 // backend): a tree page brought up from the host leaves its bytes there, and evicting it again
 // goes back to them without a transfer; copies are the host's first victims and go with their
 // page.
@@ -18,7 +18,7 @@ namespace {
 StoragePlan plan_with_host(bool keep_copies) {
   ManagerConfig c;
   c.tokens_per_block = 16;
-  c.keep_colder_copies = keep_copies;
+  c.policies.keep_colder_copies = keep_copies;
   AttentionLayerConfig a;
   a.id = 0;
   a.buffers = {{"key", 4096, {}, {}}, {"value", 4096, {}, {}}};

@@ -44,8 +44,8 @@ struct LifecycleModel {
   bool block_reuse = true;
   bool swa_scratch = false;  // ManagerConfig::swa_scratch_reuse
   int64_t max_rewind_len = 0;
-  bool pool_rebalance = false;          // ManagerConfig::pool_rebalance
-  bool snapshot_pricing = true;         // ManagerConfig::snapshot_pricing
+  bool pool_rebalance = false;          // policies.rebalance "pressure" (else "off")
+  bool snapshot_pricing = true;         // policies.eviction "priced" (else "snapshot-aware")
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype
   uint64_t disk_quota = 0;              // a DISK tier under disk_path when set
   std::string disk_path;
@@ -79,8 +79,8 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   c.enable_block_reuse = m.block_reuse;
   c.swa_scratch_reuse = m.swa_scratch;
   c.max_rewind_len = m.max_rewind_len;
-  c.pool_rebalance = m.pool_rebalance;
-  c.snapshot_pricing = m.snapshot_pricing;
+  c.policies.rebalance = m.pool_rebalance ? "pressure" : "off";
+  c.policies.eviction = m.snapshot_pricing ? "priced" : "snapshot-aware";
   c.snapshot_dtype = m.snapshot_dtype;
   c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
   c.tiers.back().max_quota_bytes = m.gpu_max_quota;

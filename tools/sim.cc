@@ -80,18 +80,12 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   serving.typical_len = o.typical_len;
   if (o.rebalance != "on" && o.rebalance != "off")
     return Status::invalid("--rebalance: '" + o.rebalance + "' is not on or off");
-  serving.pool_rebalance = o.rebalance == "on";
-  if (o.offload != "selective" && o.offload != "all")
-    return Status::invalid("--offload: '" + o.offload + "' is not selective or all");
-  serving.selective_offload = o.offload == "selective";
+  serving.policies.rebalance = o.rebalance == "on" ? "pressure" : "off";
+  serving.policies.offload = o.offload;  // a name the manager does not know is refused by it
   if (o.colder_copies != "keep" && o.colder_copies != "drop")
     return Status::invalid("--colder-copies: '" + o.colder_copies + "' is not keep or drop");
-  serving.keep_colder_copies = o.colder_copies == "keep";
-  if (o.eviction != "priced" && o.eviction != "snapshot-aware" && o.eviction != "lru") {
-    return Status::invalid("--eviction: '" + o.eviction + "' is not priced, snapshot-aware or lru");
-  }
-  serving.snapshot_aware_eviction = o.eviction != "lru";
-  serving.snapshot_pricing = o.eviction == "priced";
+  serving.policies.keep_colder_copies = o.colder_copies == "keep";
+  serving.policies.eviction = o.eviction;
   if (o.snapshot_dtype == "bf16") {
     serving.snapshot_dtype = DType::kBF16;
   } else if (o.snapshot_dtype == "fp8") {
@@ -198,7 +192,7 @@ Result<std::unique_ptr<HybridCacheManager>> create_manager(const ModelDescriptio
                                                            ServingConfig serving,
                                                            const BackendOptions& backend,
                                                            const std::vector<TraceRequest>& trace) {
-  if (serving.pool_rebalance) {
+  if (serving.policies.rebalancing()) {
     Result<ManagerConfig> config = hybrid_manager_config(model, serving);
     if (!config) return config.status();
     Result<StoragePlan> plan = StoragePlan::build(*config);

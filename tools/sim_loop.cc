@@ -319,7 +319,7 @@ void Scheduler::step() {
 
 // One budget: the scheduler lets the manager move slots between pool groups between steps.
 void Scheduler::rebalance() {
-  if (!h_.serving().pool_rebalance) return;
+  if (!h_.serving().policies.rebalancing()) return;
   KvCacheManager& m = h_.manager();
   if (!timed([&] { return m.need_adjustment(); })) return;
   const Result<bool> moved = timed([&] { return m.adjust(); });

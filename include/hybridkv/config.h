@@ -88,6 +88,37 @@ struct BatchShape {
   std::optional<uint64_t> shared_prefix_tokens;
 };
 
+// The manager's policies, each chosen by one field: declared once, used by KvCacheManager
+// (ManagerConfig::policies) and HybridCacheManager (ServingConfig::policies). Each named
+// policy has one home in the library (src/storage/eviction_policy.h, offload_policy.h; the
+// rebalancer in src/cache/rebalance.cc), where more can be registered.
+struct PolicyConfig {
+  // Which page a full tier gives up first:
+  //  - "priced" (default): with a REQUIRED SSM group, tree pages no request can resume from
+  //    are demoted (evicted first), and each snapshot ages in its queue as fast as it is cheap,
+  //    by tokens of recompute saved per byte (its depth against its bytes and the KV under it,
+  //    times whether it served a resume, or the credit of a conversation's next turn); the KV
+  //    run above a snapshot ages with it;
+  //  - "snapshot-aware": demotion only, every page ages alike;
+  //  - "lru": (priority, LRU), as an attention-only cache.
+  std::string eviction = "priced";
+  // Whether a DROPPABLE page evicted from a tier goes down to the next one: "selective"
+  // (default: only when it is worth the bus: not demoted by the prefix index), or "all".
+  std::string offload = "selective";
+  // A tree page onboarded from a colder tier leaves its bytes there as a copy (tree pages never
+  // change): evicting the page again goes back to the copy with no transfer. Copies are the
+  // colder tier's first victims, so they only use room nothing else needs. false: every onboard
+  // frees the colder slot and every later eviction copies the page down again.
+  bool keep_colder_copies = true;
+  // Pool rebalancing: "off" (default: the split the plan started from), or "pressure": one
+  // budget per tier, the pool groups trade slots while serving (KvCacheManager::
+  // need_adjustment / adjust) toward the group whose next victim is youngest. Each elastic pool
+  // group reserves room for the whole tier (address space; the host backend touches only what
+  // is used).
+  std::string rebalance = "off";
+  bool rebalancing() const { return rebalance != "off"; }
+};
+
 struct ManagerConfig {
   // --- model ---
   uint32_t tokens_per_block = 32;  // tokens per attention page
@@ -98,30 +129,8 @@ struct ManagerConfig {
   std::vector<TierConfig> tiers;      // warmest first; the first must be GPU
   double max_util_for_resume = 0.97;  // resume refused above this GPU pool utilization; (0, 1]
   std::optional<uint32_t> max_live_kv_caches;  // bound on active + suspended caches
-  // One budget per tier: the pool groups trade slots while serving (KvCacheManager::
-  // need_adjustment / adjust) instead of keeping the split the plan started from. Each elastic
-  // pool group reserves room for the whole tier (address space; the host backend touches only
-  // what is used).
-  bool pool_rebalance = false;
-  // A DROPPABLE page evicted from a tier goes down to the next one only when it is worth the
-  // bus: not demoted by the prefix index (KV no snapshot can resume into, superseded
-  // snapshots). false: every evicted page that fits below is copied down.
-  bool selective_offload = true;
-  // A tree page onboarded from a colder tier leaves its bytes there as a copy (tree pages never
-  // change): evicting the page again goes back to the copy with no transfer. Copies are the
-  // colder tier's first victims, so they only use room nothing else needs. false: every onboard
-  // frees the colder slot and every later eviction copies the page down again.
-  bool keep_colder_copies = true;
-  // With a REQUIRED SSM group, the prefix index demotes tree pages no request can resume from
-  // (KV past the deepest snapshot of every path under it, superseded snapshots): they are
-  // evicted first. false: plain (priority, LRU) order.
-  bool snapshot_aware_eviction = true;
-  // With snapshot_aware_eviction: each snapshot ages in its queue as fast as it is cheap, by
-  // tokens of recompute saved per byte (its depth against its bytes and the KV under it, times
-  // whether it served a resume, or the credit of a conversation's next turn): a short prompt's
-  // snapshot goes before a long one's used as recently, and the KV run above a snapshot ages
-  // with it. false: snapshots and KV age alike.
-  bool snapshot_pricing = true;
+  // The policies: eviction, offload admission, kept copies, rebalancing (PolicyConfig).
+  PolicyConfig policies;
   // Reduced-precision snapshots (opt-in): SSM snapshots in the prefix tree keep their fp32
   // buffers in this dtype while live states stay fp32, converted on the copies between them:
   // kBF16 (half the bytes), or kFP8E4M3 (blocks of 128 e4m3 values with a power-of-two scale

@@ -77,11 +77,7 @@ struct ServingConfig {
   // The longest request the engine admits: the GPU always keeps room for one of them (a
   // constraint), also while rebalancing moves slots between pool groups.
   std::optional<uint64_t> max_seq_len;
-  bool pool_rebalance = false;          // ManagerConfig::pool_rebalance: the split follows use
-  bool selective_offload = true;        // ManagerConfig::selective_offload
-  bool keep_colder_copies = true;       // ManagerConfig::keep_colder_copies
-  bool snapshot_aware_eviction = true;  // ManagerConfig::snapshot_aware_eviction
-  bool snapshot_pricing = true;         // ManagerConfig::snapshot_pricing
+  PolicyConfig policies;                // eviction, offload, kept copies, rebalancing
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype (reduced precision)
   bool record_events = false;           // ManagerConfig::record_events (tree events)
   SnapshotPolicy snapshots;

@@ -91,7 +91,7 @@ class KvCacheManager {
   // alone exceeding a pool group's new slots or HELD pages with nowhere to go (kOutOfPages).
   // plan() keeps describing the quotas the manager was built with.
   [[nodiscard]] Status set_quota(TierKind tier, uint64_t quota_bytes);
-  // --- one budget (ManagerConfig::pool_rebalance) ---
+  // --- one budget (ManagerConfig::policies.rebalance) ---
   // Whether a rebalancing step would move slots between pool groups now: a pool group whose
   // next victim is much younger than another's (one LRU over the tier's bytes would keep them
   // equal) and that has evicted since the last step. Cheap; false with rebalancing off.

@@ -35,6 +35,7 @@ from ._hybridkv import (  # noqa: F401  (the public names)
     ManagerConfig,
     ModelDescription,
     OutOfPagesError,
+    PolicyConfig,
     RefusedError,
     ReplayLayout,
     RequestShape,

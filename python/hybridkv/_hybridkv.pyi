@@ -233,7 +233,7 @@ class HybridCacheManager:
 
     def adjust(self) -> bool:
         """
-        Takes one rebalancing step (ServingConfig.pool_rebalance); returns whether slots moved.
+        Takes one rebalancing step (ServingConfig.policies.rebalance); returns whether slots moved.
         """
 
     def reset_replay(self, stream: int = 0) -> None:
@@ -494,34 +494,10 @@ class ManagerConfig:
     def enable_partial_reuse(self, arg: bool, /) -> None: ...
 
     @property
-    def pool_rebalance(self) -> bool: ...
+    def policies(self) -> PolicyConfig: ...
 
-    @pool_rebalance.setter
-    def pool_rebalance(self, arg: bool, /) -> None: ...
-
-    @property
-    def selective_offload(self) -> bool: ...
-
-    @selective_offload.setter
-    def selective_offload(self, arg: bool, /) -> None: ...
-
-    @property
-    def keep_colder_copies(self) -> bool: ...
-
-    @keep_colder_copies.setter
-    def keep_colder_copies(self, arg: bool, /) -> None: ...
-
-    @property
-    def snapshot_aware_eviction(self) -> bool: ...
-
-    @snapshot_aware_eviction.setter
-    def snapshot_aware_eviction(self, arg: bool, /) -> None: ...
-
-    @property
-    def snapshot_pricing(self) -> bool: ...
-
-    @snapshot_pricing.setter
-    def snapshot_pricing(self, arg: bool, /) -> None: ...
+    @policies.setter
+    def policies(self, arg: PolicyConfig, /) -> None: ...
 
     @property
     def snapshot_dtype(self) -> DType | None: ...
@@ -624,6 +600,41 @@ class PlannedDrop:
 
     def release(self) -> None:
         """Runs the plan (KeyError when it was released before)."""
+
+class PolicyConfig:
+    """
+    The manager's policies, each by name (config.h): eviction ('priced', 'snapshot-aware', 'lru'), offload ('selective', 'all'), keep_colder_copies, rebalance ('off', 'pressure').
+    """
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def eviction(self) -> str: ...
+
+    @eviction.setter
+    def eviction(self, arg: str, /) -> None: ...
+
+    @property
+    def offload(self) -> str: ...
+
+    @offload.setter
+    def offload(self, arg: str, /) -> None: ...
+
+    @property
+    def keep_colder_copies(self) -> bool: ...
+
+    @keep_colder_copies.setter
+    def keep_colder_copies(self, arg: bool, /) -> None: ...
+
+    @property
+    def rebalance(self) -> str: ...
+
+    @rebalance.setter
+    def rebalance(self, arg: str, /) -> None: ...
 
 class RefusedError(HybridKvError):
     pass
@@ -767,34 +778,10 @@ class ServingConfig:
     def max_seq_len(self, arg: int, /) -> None: ...
 
     @property
-    def pool_rebalance(self) -> bool: ...
+    def policies(self) -> PolicyConfig: ...
 
-    @pool_rebalance.setter
-    def pool_rebalance(self, arg: bool, /) -> None: ...
-
-    @property
-    def selective_offload(self) -> bool: ...
-
-    @selective_offload.setter
-    def selective_offload(self, arg: bool, /) -> None: ...
-
-    @property
-    def keep_colder_copies(self) -> bool: ...
-
-    @keep_colder_copies.setter
-    def keep_colder_copies(self, arg: bool, /) -> None: ...
-
-    @property
-    def snapshot_aware_eviction(self) -> bool: ...
-
-    @snapshot_aware_eviction.setter
-    def snapshot_aware_eviction(self, arg: bool, /) -> None: ...
-
-    @property
-    def snapshot_pricing(self) -> bool: ...
-
-    @snapshot_pricing.setter
-    def snapshot_pricing(self, arg: bool, /) -> None: ...
+    @policies.setter
+    def policies(self, arg: PolicyConfig, /) -> None: ...
 
     @property
     def snapshot_dtype(self) -> DType | None: ...

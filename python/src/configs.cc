@@ -108,6 +108,17 @@ void bind_configs(nb::module_& m) {
       .def_rw("demand_driven", &SnapshotPolicy::demand_driven)
       .def_rw("answer_end", &SnapshotPolicy::answer_end);
 
+  nb::class_<PolicyConfig> policies(
+      m, "PolicyConfig",
+      "The manager's policies, each by name (config.h): eviction ('priced', 'snapshot-aware', "
+      "'lru'), offload ('selective', 'all'), keep_colder_copies, rebalance ('off', "
+      "'pressure').");
+  kw_init(policies);
+  policies.def_rw("eviction", &PolicyConfig::eviction)
+      .def_rw("offload", &PolicyConfig::offload)
+      .def_rw("keep_colder_copies", &PolicyConfig::keep_colder_copies)
+      .def_rw("rebalance", &PolicyConfig::rebalance);
+
   nb::enum_<DisaggRole>(m, "DisaggRole")
       .value("BOTH", DisaggRole::kBoth)
       .value("CONTEXT", DisaggRole::kContext)
@@ -131,11 +142,7 @@ void bind_configs(nb::module_& m) {
       .def_rw("enable_partial_reuse", &ServingConfig::enable_partial_reuse)
       .def_rw("typical_len", &ServingConfig::typical_len)
       .def_rw("max_seq_len", &ServingConfig::max_seq_len)
-      .def_rw("pool_rebalance", &ServingConfig::pool_rebalance)
-      .def_rw("selective_offload", &ServingConfig::selective_offload)
-      .def_rw("keep_colder_copies", &ServingConfig::keep_colder_copies)
-      .def_rw("snapshot_aware_eviction", &ServingConfig::snapshot_aware_eviction)
-      .def_rw("snapshot_pricing", &ServingConfig::snapshot_pricing)
+      .def_rw("policies", &ServingConfig::policies)
       .def_rw("snapshot_dtype", &ServingConfig::snapshot_dtype)
       .def_rw("record_events", &ServingConfig::record_events)
       .def_rw("snapshots", &ServingConfig::snapshots);

@@ -369,7 +369,7 @@ void bind_steps(nb::class_<Manager>& cls) {
             return value_or_raise(
                 m.locked([](HybridCacheManager& h) { return h.manager().adjust(); }));
           },
-          "Takes one rebalancing step (ServingConfig.pool_rebalance); returns whether slots "
+          "Takes one rebalancing step (ServingConfig.policies.rebalance); returns whether slots "
           "moved.");
 }
 

@@ -47,6 +47,7 @@ def test_iteration_and_reuse_statistics_have_every_field():
     ("config.h", "RequestShape", hk.RequestShape),
     ("hybrid.h", "ServingConfig", hk.ServingConfig),
     ("hybrid.h", "SnapshotPolicy", hk.SnapshotPolicy),
+    ("config.h", "PolicyConfig", hk.PolicyConfig),
 ])
 def test_config_structs_have_every_field(header, struct, cls):
     missing = [f for f in fields(header, struct) if not hasattr(cls(), f)]

@@ -49,10 +49,12 @@ def test_configs_keep_the_cpp_defaults_and_refuse_unknown_fields():
         hk.ServingConfig(max_bat=3)
     assert hk.ServingConfig().snapshot_dtype is None
     m = hk.ManagerConfig()  # the eviction and offload knobs, as in config.h
-    assert (m.selective_offload, m.keep_colder_copies, m.snapshot_aware_eviction,
-            m.snapshot_pricing) == (True, True, True, True)
-    assert not hk.ManagerConfig(keep_colder_copies=False).keep_colder_copies
-    assert hk.ServingConfig().keep_colder_copies
+    p = m.policies
+    assert (p.eviction, p.offload, p.keep_colder_copies, p.rebalance) == (
+        "priced", "selective", True, "off")
+    off = hk.ManagerConfig(policies=hk.PolicyConfig(keep_colder_copies=False))
+    assert not off.policies.keep_colder_copies
+    assert hk.ServingConfig().policies.keep_colder_copies
     bf16 = hk.ServingConfig(snapshot_dtype=hk.DType.BF16)
     assert "bf16 snapshots" in hk.plan_text(hk.read_model_config(NEMOTRON), bf16)
     fp8 = hk.ServingConfig(snapshot_dtype=hk.DType.FP8_E4M3)

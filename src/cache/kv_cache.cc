@@ -83,11 +83,24 @@ Status KvCache::set_block_priority(uint64_t first_block, uint64_t end_block, int
 
 // --- KvCacheManager ---
 
+namespace {
+
+// Every policy name is one the library has (before anything is built).
+Status check_policies(const PolicyConfig& p) {
+  if (auto e = storage::find_eviction_policy(p.eviction); !e) return e.status();
+  if (auto o = storage::find_offload_policy(p.offload); !o) return o.status();
+  if (auto r = cache_detail::find_rebalance_policy(p.rebalance); !r) return r.status();
+  return Status::ok();
+}
+
+}  // namespace
+
 KvCacheManager::KvCacheManager(std::shared_ptr<ManagerCore> core) : core_(std::move(core)) {}
 KvCacheManager::~KvCacheManager() = default;
 
 Result<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const ManagerConfig& config,
                                                                const BackendOptions& options) {
+  if (Status s = check_policies(config.policies); !s) return s;
   Result<StoragePlan> plan = StoragePlan::build(config);
   if (!plan) return plan.status();
   Result<std::unique_ptr<memory::MemoryBackend>> backend = memory::make_backend(options);

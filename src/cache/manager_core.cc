@@ -18,7 +18,8 @@ ManagerCore::ManagerCore(StoragePlan p, std::unique_ptr<memory::MemoryBackend> b
       backend_(std::move(b)),
       storage_(plan_, backend_.get()),
       index_(plan_, storage_),
-      rebalanced_(rebalanced_pool_groups(plan_)) {
+      rebalanced_(rebalanced_pool_groups(plan_)),
+      rebalancer_(find_rebalance_policy(plan_.config().policies.rebalance).value()) {
   for (const TierPlan& t : plan_.tiers()) quotas_.push_back(t.quota);
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cache/cache_record.h"
+#include "cache/rebalance_policy.h"
 #include "hybridkv/manager.h"
 #include "memory/backend.h"
 #include "prefix/prefix_index.h"
@@ -240,6 +241,7 @@ class ManagerCore {
   std::vector<uint64_t> quotas_;  // per tier: the quota in force (set_quota changes it)
   // Per pool group: whether rebalancing trades its slots (rebalance.cc).
   const std::vector<bool> rebalanced_;
+  const RebalancePolicy* const rebalancer_;     // nullptr: rebalancing off
   mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
 };
 

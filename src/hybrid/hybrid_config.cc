@@ -187,11 +187,7 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
   c.max_live_kv_caches = static_cast<uint32_t>(max_live_caches(s));
   c.enable_block_reuse = s.enable_block_reuse;
   c.enable_partial_reuse = s.enable_partial_reuse;
-  c.pool_rebalance = s.pool_rebalance;
-  c.selective_offload = s.selective_offload;
-  c.keep_colder_copies = s.keep_colder_copies;
-  c.snapshot_aware_eviction = s.snapshot_aware_eviction;
-  c.snapshot_pricing = s.snapshot_pricing;
+  c.policies = s.policies;
   c.snapshot_dtype = s.snapshot_dtype;
   c.record_events = s.record_events;
   c.commit_min_snapshot = true;  // snapshot points need not be block-aligned

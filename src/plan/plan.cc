@@ -85,7 +85,7 @@ Result<StoragePlan> StoragePlan::build(const ManagerConfig& config) {
       for (size_t i = 0; i < most.size(); ++i)
         tier.reserved_slots[i] = std::max(tier.reserved_slots[i], most[i]);
     }
-    if (config.pool_rebalance) reserve_whole_tier(plan.pool_groups_, t, tier);
+    if (config.policies.rebalancing()) reserve_whole_tier(plan.pool_groups_, t, tier);
     if (Status s = check_slot_range(t, tier, plan.tiers_.size()); !s) return s;
     plan.tiers_.push_back(std::move(tier));
   }

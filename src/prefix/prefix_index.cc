@@ -26,6 +26,8 @@ PrefixIndex::PrefixIndex(const StoragePlan& plan, storage::Storage& storage)
       storage_(storage),
       resume_group_(find_resume_group(plan)),
       snapshot_tokens_(resume_group_ ? snapshot_tokens(plan, *resume_group_) : 0),
+      prices_(
+          storage::find_eviction_policy(plan.config().policies.eviction).value()->uses_prices()),
       tree_(plan.cache_groups().size()),
       hasher_(plan.config().block_hash) {
   stats_.groups.resize(plan.cache_groups().size());

@@ -146,6 +146,7 @@ class PrefixIndex final : public storage::PageObserver {
   // The SSM group a request resumes from (snapshot-aware eviction is off without one).
   std::optional<CacheGroupId> resume_group_;
   double snapshot_tokens_ = 0;  // tokens of KV one snapshot's bytes would hold
+  bool prices_ = false;         // the eviction policy reads snapshot prices (price_snapshot)
   RadixTree tree_;
   BlockHasher hasher_;
   ReuseStats stats_;

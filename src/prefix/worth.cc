@@ -10,7 +10,8 @@
 //    (drop_orphaned_kv): no match reaches them until a request computes the block again;
 //  - a snapshot superseded by a deeper one on a path that does not fork between them is demoted;
 //    it is promoted again when a match resumes from it or the deeper one goes;
-//  - with ManagerConfig::snapshot_pricing, a snapshot ages as fast as it is cheap: tokens of
+//  - with an eviction policy that reads prices ("priced"), a snapshot ages as fast as it is cheap:
+//  tokens of
 //    recompute saved per byte (price_snapshot), and the KV run above it ages with it: the two
 //    serve a resume only together;
 //  - a snapshot published below one that has served a resume (a conversation that goes on)
@@ -27,7 +28,8 @@ using storage::kNoPage;
 using storage::PageId;
 
 std::optional<CacheGroupId> PrefixIndex::find_resume_group(const StoragePlan& plan) {
-  if (!plan.config().snapshot_aware_eviction) return std::nullopt;
+  if (!storage::find_eviction_policy(plan.config().policies.eviction).value()->uses_demotion())
+    return std::nullopt;
   for (const CacheGroup& g : plan.cache_groups()) {
     if (g.kind == GroupKind::kSsm && g.policy == ReusePolicy::kRequired) return g.id;
   }
@@ -57,7 +59,7 @@ double PrefixIndex::snapshot_tokens(const StoragePlan& plan, CacheGroupId group)
 // resume, so the two should leave together (the run keeps the class of the snapshot below it
 // priced last).
 void PrefixIndex::price_snapshot(NodeId node, PageId page) {
-  if (!plan_.config().snapshot_pricing) return;
+  if (!prices_) return;
   const auto depth = static_cast<double>(tree_.node(node).end());
   const double worth = depth / (depth + snapshot_tokens_);
   // Once served, a snapshot is at the cap whatever its credit: the credit counts until then.

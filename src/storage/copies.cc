@@ -1,6 +1,6 @@
-// Kept copies (ManagerConfig::keep_colder_copies): a tree page's bytes never change, so when
-// one goes up a tier the slot it left can stay as a copy; evicting the page again then costs no
-// transfer. A copy is demoted: its tier gives it up before any page whose bytes exist nowhere
+// Kept copies (ManagerConfig::policies.keep_colder_copies): a tree page's bytes never change, so
+// when one goes up a tier the slot it left can stay as a copy; evicting the page again then costs
+// no transfer. A copy is demoted: its tier gives it up before any page whose bytes exist nowhere
 // else, so copies only fill room nothing else needs.
 #include "storage/storage.h"
 #include "util/check.h"
@@ -12,7 +12,7 @@ void Storage::leave_copy_or_free(PageId id, TierIndex tier, SlotId slot) {
   const CopyEvent written = page(id).ready;  // the copy holds what the page held
   if (page(id).copy_below != kNoPage) release_copy(page(id).copy_below);  // the nearer one stays
   const Page& p = page(id);
-  if (!plan_.config().keep_colder_copies || !p.owned() || p.demoted) {
+  if (!plan_.config().policies.keep_colder_copies || !p.owned() || p.demoted) {
     // The slot is free once this batch has read it.
     give_slot(tier, p.pool_group, slot, written);
     read_by_batch(tier, p.pool_group, slot);

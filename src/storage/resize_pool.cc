@@ -48,7 +48,7 @@ CopyEvent Storage::resize_pool(TierIndex tier, PoolGroupId pg, uint64_t total) {
 
 uint64_t Storage::pressure_age(TierIndex tier, PoolGroupId pg) const {
   const PoolSlots& s = slots(tier, pg);
-  const PageId next = s.droppable.front_not_demoted();
+  const PageId next = s.droppable->front_not_demoted();
   if (next != kNoPage) return page(next).weighted_age(tick_);
   // Kept copies are room nothing else needed: they count as free.
   return (s.free_count() > 0 || s.copies > 0) && s.victims == 0 ? UINT64_MAX : 0;

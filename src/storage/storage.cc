@@ -11,14 +11,17 @@
 namespace hybridkv::storage {
 
 Storage::Storage(const StoragePlan& plan, memory::MemoryBackend* backend)
-    : plan_(plan), backend_(backend) {
+    : plan_(plan),
+      backend_(backend),
+      eviction_(find_eviction_policy(plan.config().policies.eviction).value()),
+      offload_(find_offload_policy(plan.config().policies.offload).value()) {
   stats_.groups.resize(plan_.cache_groups().size());
   stats_.tiers.resize(plan_.tiers().size());
   for (const TierPlan& t : plan_.tiers()) {
     Tier tier{t.kind, {}};
     tier.pools.reserve(plan_.pool_groups().size());
     for (const PoolGroup& pg : plan_.pool_groups()) {
-      PoolSlots s(&pages_, &tick_);
+      PoolSlots s(*eviction_, &pages_, &tick_);
       s.total = t.slots[pg.id.value];
       tier.pools.push_back(std::move(s));
     }
@@ -55,13 +58,13 @@ void Storage::exclude(Exclusions& excluded, PageId id) const {
 
 Storage::SlotCounts Storage::counts(TierIndex tier, PoolGroupId pg) const {
   const PoolSlots& s = slots(tier, pg);
-  return {s.total, s.free_count(), s.held.size() + s.droppable.size()};
+  return {s.total, s.free_count(), s.held->size() + s.droppable->size()};
 }
 
 uint64_t Storage::max_room(TierIndex tier, PoolGroupId pg, uint64_t own) const {
   const PoolSlots& s = slots(tier, pg);
-  const uint64_t held = s.held.size() - std::min<uint64_t>(s.held.size(), own);
-  return s.free_count() + s.droppable.size() + std::min(held, room_below(tier, pg));
+  const uint64_t held = s.held->size() - std::min<uint64_t>(s.held->size(), own);
+  return s.free_count() + s.droppable->size() + std::min(held, room_below(tier, pg));
 }
 
 // Room for pages from above on the tiers below `tier`: a page moves to the first tier below
@@ -71,7 +74,7 @@ uint64_t Storage::room_below(TierIndex tier, PoolGroupId pg) const {
   uint64_t room = 0;
   for (uint32_t t = tier.value + 1; t < tiers_.size(); ++t) {
     const PoolSlots& s = slots(TierIndex(t), pg);
-    room += s.free_count() + s.droppable.size();
+    room += s.free_count() + s.droppable->size();
   }
   return room;
 }
@@ -86,10 +89,10 @@ std::optional<TierIndex> Storage::destination_below(TierIndex tier, PoolGroupId 
 // The cheaper of the two queue fronts: lower rank first, then least recently used.
 PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) const {
   const PoolSlots& s = slots(tier, pg);
-  const PageId held = room_below ? s.held.front() : kNoPage;
-  const PageId droppable = s.droppable.front();
+  const PageId held = room_below ? s.held->front() : kNoPage;
+  const PageId droppable = s.droppable->front();
   if (held == kNoPage || droppable == kNoPage) return held != kNoPage ? held : droppable;
-  return page(held).evicted_before(page(droppable), tick_) ? held : droppable;
+  return eviction_->evicted_before(page(held), page(droppable), tick_) ? held : droppable;
 }
 
 void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
@@ -119,10 +122,9 @@ void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
   }
 }
 
-// A HELD page always moves down; a DROPPABLE one only when its owner has not demoted it
-// (ManagerConfig::selective_offload).
+// A HELD page always moves down; a DROPPABLE one when the offload policy admits it.
 bool Storage::worth_moving(const Page& p) const {
-  return p.state() == PageState::kHeld || !p.demoted || !plan_.config().selective_offload;
+  return p.state() == PageState::kHeld || offload_->admit(p);
 }
 
 SlotId Storage::take_slot(TierIndex tier, PoolGroupId pg) {
@@ -276,14 +278,17 @@ void Storage::requeue(PageId id, Change&& change) {
 }
 
 void Storage::dequeue(PageId id) {
-  const Page& p = page(id);
-  if (p.queue != QueueKind::kNone) slots(p.tier_index, p.pool_group).queue(p.queue).remove(id);
+  Page& p = mutable_page(id);
+  if (p.queue == QueueKind::kNone) return;
+  slots(p.tier_index, p.pool_group).queue(p.queue).remove(id);
+  p.queue = QueueKind::kNone;
 }
 
 void Storage::enqueue_newest(PageId id, QueueKind kind) {
   Page& p = mutable_page(id);
   p.lru_tick = ++tick_;
   slots(p.tier_index, p.pool_group).queue(kind).push_back(id);
+  p.queue = kind;
 }
 
 // A moved page re-enters the colder (or warmer) tier's queue as its most recent entry.

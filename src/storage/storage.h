@@ -25,7 +25,8 @@
 
 #include "hybridkv/stats.h"
 #include "memory/backend.h"
-#include "storage/eviction_queue.h"
+#include "storage/eviction_policy.h"
+#include "storage/offload_policy.h"
 #include "storage/page.h"
 
 namespace hybridkv::storage {
@@ -156,11 +157,15 @@ class Storage {
     uint64_t victims = 0;             // see Storage::victims
     bool ever_full = false;           // see Storage::ever_full
     uint64_t copies = 0;              // kept copies: room nothing else needed
-    EvictionQueue held;
-    EvictionQueue droppable;
-    PoolSlots(std::vector<Page>* pages, const uint64_t* clock)
-        : held(pages, QueueKind::kHeld, clock), droppable(pages, QueueKind::kDroppable, clock) {}
-    EvictionQueue& queue(QueueKind kind) { return kind == QueueKind::kHeld ? held : droppable; }
+    std::unique_ptr<EvictionQueue> held;
+    std::unique_ptr<EvictionQueue> droppable;
+    PoolSlots(const EvictionPolicy& policy, std::vector<Page>* pages, const uint64_t* clock)
+        : held(policy.make_queue(pages, QueueKind::kHeld, clock)),
+          droppable(policy.make_queue(pages, QueueKind::kDroppable, clock)) {}
+    EvictionQueue& queue(QueueKind kind) { return kind == QueueKind::kHeld ? *held : *droppable; }
+    const EvictionQueue& queue(QueueKind kind) const {
+      return kind == QueueKind::kHeld ? *held : *droppable;
+    }
     uint64_t free_count() const { return free.size() + (total - touched); }
     // Requires: free_count() > 0.
     SlotId take();
@@ -201,7 +206,7 @@ class Storage {
   void release(PageId id);
   // The page is dead: skip its offload copy if it has not run (counted in the stats).
   void cancel_offload(Page& p);
-  // Kept copies (storage/copies.cc; ManagerConfig::keep_colder_copies).
+  // Kept copies (storage/copies.cc; ManagerConfig::policies.keep_colder_copies).
   // The page just went up from (tier, slot): that slot becomes its copy when the page qualifies
   // (a tree page worth keeping), else it is given back.
   void leave_copy_or_free(PageId id, TierIndex tier, SlotId slot);
@@ -217,6 +222,8 @@ class Storage {
 
   StoragePlan plan_;
   memory::MemoryBackend* backend_;
+  const EvictionPolicy* eviction_;  // which victim (ManagerConfig::policies.eviction)
+  const OffloadPolicy* offload_;    // copy down or drop (ManagerConfig::policies.offload)
   PageObserver* observer_ = nullptr;
   std::vector<Tier> tiers_;
   std::vector<Page> pages_;

@@ -40,26 +40,20 @@ std::string Storage::check_pool(TierIndex tier, const PoolGroup& pg,
         << s.free_count() << " free != " << s.total << " slots";
     return err.str();
   }
-  for (const EvictionQueue* q : {&s.held, &s.droppable}) {
+  for (const EvictionQueue* q : {s.held.get(), s.droppable.get()}) {
     const std::vector<PageId> ids = q->pages_in_order();
     if (ids.size() != q->size()) return "queue size does not match its lists";
-    const PageState want = q == &s.held ? PageState::kHeld : PageState::kDroppable;
+    const PageState want = q == s.held.get() ? PageState::kHeld : PageState::kDroppable;
     for (size_t k = 0; k < ids.size(); ++k) {
       const Page& p = page(ids[k]);
       if (!p.live || p.pinned || p.state() != want || p.tier_index != tier) {
         err << "page " << ids[k].value << " is in the wrong queue";
         return err.str();
       }
-      // Buckets: (rank, age class) ascending, then least recently used first.
-      if (k > 0) {
-        const Page& prev = page(ids[k - 1]);
-        if (std::tuple(prev.rank(), prev.age_class, prev.lru_tick) >=
-            std::tuple(p.rank(), p.age_class, p.lru_tick)) {
-          err << "queue order broken at page " << ids[k].value << " on " << tier_name
-              << " pool group " << pg.id.value;
-          return err.str();
-        }
-      }
+    }
+    if (const std::string order = q->check_order(); !order.empty()) {
+      err << order << " on " << tier_name << " pool group " << pg.id.value;
+      return err.str();
     }
   }
   return "";
@@ -135,9 +129,9 @@ std::string Storage::snapshot() const {
       for (uint32_t f : free) os << " " << f;
       os << " untouched " << s.touched << ".." << s.total;
       os << " held";
-      for (PageId id : s.held.pages_in_order()) os << " " << id.value;
+      for (PageId id : s.held->pages_in_order()) os << " " << id.value;
       os << " droppable";
-      for (PageId id : s.droppable.pages_in_order()) os << " " << id.value;
+      for (PageId id : s.droppable->pages_in_order()) os << " " << id.value;
       os << "\n";
     }
   }

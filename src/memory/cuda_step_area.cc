@@ -3,6 +3,8 @@
 // guards the staging buffer against the next step's writes.
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "memory/cuda_backend.h"
 #include "memory/cuda_memory.h"
 #include "memory/step_area.h"
@@ -36,6 +38,7 @@ class CudaStepArea final : public StepArea {
     if (cudaError_t e = cudaMallocHost(&host, bytes); e != cudaSuccess)
       return cuda::cuda_status(e, what + " (cudaMallocHost)");
     a->staging_ = static_cast<std::byte*>(host);
+    std::memset(host, 0xff, bytes);  // staging and device both start as -1 everywhere
     if (cudaError_t e = cudaEventCreateWithFlags(&a->copied_, cudaEventDisableTiming);
         e != cudaSuccess)
       return cuda::cuda_status(e, what + " (cudaEventCreate)");

@@ -4,7 +4,8 @@
 // so that a CUDA graph captures kernels that read it; elsewhere it is host memory written in
 // place.
 //
-// Staging is reused: staging() first waits until the previous upload has read it.
+// Staging is reused: staging() first waits until the previous upload has read it. Both the
+// staging and the area start as 0xff bytes (-1 in every int32).
 // Thread-safety: none (the scheduler thread that runs the steps).
 #pragma once
 

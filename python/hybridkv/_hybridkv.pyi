@@ -212,6 +212,16 @@ class HybridCacheManager:
         One decode step for a batch, all or nothing: every request grows by one token. request_ids: a 1-D uint64 array or a list of ints, each request once and ACTIVE (else an error naming the request, and nothing changed). Returns numpy arrays of this step (state indices, replay indices, block tables of `group` [requests, blocks], -1 past a request's blocks) that own their memory: later steps leave them as they are.
         """
 
+    def step_buffers(self) -> tuple:
+        """
+        The step's index buffers at fixed addresses, sized once for max_batch + dummy_slots entries and max_seq_len / tokens_per_block blocks: (state indices, replay indices, block tables [entries, table groups, max_blocks], the table groups). On the GPU with the cuda backend (DLPack; a CUDA graph can capture kernels that read them), numpy otherwise. fill_step() rewrites them; -1 marks what is not in use.
+        """
+
+    def fill_step(self, request_ids: object, num_dummies: int = 0, stream: int = 0) -> list[int]:
+        """
+        Writes one step (every request ACTIVE, listed once; then num_dummies dummies) into step_buffers() with one copy ordered on `stream` (a cudaStream_t as an int; 0: the default stream). Returns the replay indices to reset before the step.
+        """
+
     def pool_view(self, tier: TierKind, pool_group: int, pool: int = 0) -> object:
         """
         A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.

@@ -75,6 +75,20 @@ class Manager {
   // Replay indices whose replay state the engine must reset before the last decode_step.
   std::vector<int32_t> replay_resets() const { return resets_; }
 
+  // prepare_step + fill_step as one call (HybridCacheManager::step_buffers); returns the
+  // step's replay resets.
+  std::vector<int32_t> fill_step(const std::vector<uint64_t>& ids, uint32_t dummies,
+                                 uintptr_t stream) {
+    raise_if_error(locked([&](HybridCacheManager& h) -> Status {
+      Result<HybridCacheManager::Step> step = h.prepare_step(ids, dummies);
+      if (!step) return step.status();
+      if (Status s = h.fill_step(*step, Stream{stream}); !s) return s;
+      resets_ = step->replay_resets;
+      return Status::ok();
+    }));
+    return resets_;
+  }
+
   BackendKind backend_kind() const { return h_->manager().backend_kind(); }
   int device() const { return device_; }
   std::byte* slot_address(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot) {
@@ -235,6 +249,29 @@ nb::object buffer_view(nb::handle self, TierKind tier, uint32_t layer, const std
   return pool_array(m, self, tier, base + b.offset, shape, strides, numpy_dtype(b.dtype));
 }
 
+// The step buffers (HybridCacheManager::step_buffers) as arrays over their fixed memory that
+// keep the manager alive: numpy on the host, DLPack on the GPU with the cuda backend (a CUDA
+// graph can capture kernels that read them). State and replay indices [capacity], block tables
+// [capacity, table groups, max_blocks].
+nb::tuple step_buffers(nb::handle self) {
+  Manager& m = nb::cast<Manager&>(self);
+  const HybridCacheManager::StepBuffers* v =
+      value_or_raise(m.locked([](HybridCacheManager& h) { return h.step_buffers(); }));
+  auto array = [&](const int32_t* at, size_t ndim, const size_t* shape) -> nb::object {
+    auto* p = const_cast<int32_t*>(at);
+    if (v->on_device)
+      return nb::cast(nb::ndarray<int32_t>(p, ndim, shape, self, nullptr, nb::dtype<int32_t>(),
+                                           nb::device::cuda::value, m.device()));
+    return nb::cast(nb::ndarray<nb::numpy, int32_t>(p, ndim, shape, self));
+  };
+  const size_t flat[1] = {v->capacity};
+  const size_t tables[3] = {v->capacity, v->table_groups.size(), v->max_blocks};
+  nb::list groups;
+  for (CacheGroupId g : v->table_groups) groups.append(g.value);
+  return nb::make_tuple(array(v->state_indices, 1, flat), array(v->replay_indices, 1, flat),
+                        array(v->block_tables, 3, tables), groups);
+}
+
 // Requests: their lifecycle, snapshots and what the manager knows of each.
 void bind_requests(nb::class_<Manager>& cls) {
   cls.def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind, int>(), "model"_a,
@@ -346,6 +383,21 @@ void bind_steps(nb::class_<Manager>& cls) {
           "this step (state indices, replay indices, block tables of `group` [requests, "
           "blocks], -1 past a request's blocks) that own their memory: later steps leave them "
           "as they are.")
+      .def("step_buffers", &step_buffers,
+           "The step's index buffers at fixed addresses, sized once for max_batch + dummy_slots "
+           "entries and max_seq_len / tokens_per_block blocks: (state indices, replay indices, "
+           "block tables [entries, table groups, max_blocks], the table groups). On the GPU with "
+           "the cuda backend (DLPack; a CUDA graph can capture kernels that read them), numpy "
+           "otherwise. fill_step() rewrites them; -1 marks what is not in use.")
+      .def(
+          "fill_step",
+          [](Manager& m, nb::handle ids, uint32_t dummies, uintptr_t stream) {
+            return m.fill_step(request_ids(ids, "fill_step: request_ids"), dummies, stream);
+          },
+          "request_ids"_a, "num_dummies"_a = 0, "stream"_a = 0,
+          "Writes one step (every request ACTIVE, listed once; then num_dummies dummies) into "
+          "step_buffers() with one copy ordered on `stream` (a cudaStream_t as an int; 0: the "
+          "default stream). Returns the replay indices to reset before the step.")
       .def("pool_view", &pool_view, "tier"_a, "pool_group"_a, "pool"_a = 0,
            "A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.")
       .def_prop_ro("state_group",

@@ -65,3 +65,32 @@ def test_gpu_views_are_cuda_arrays_and_states_survive_offload():
     assert torch.equal(t[int(state[0])], pattern)
     # The host tier is pinned host memory: a numpy view.
     assert isinstance(h.pool_view(hk.TierKind.HOST, 0), np.ndarray)
+
+
+def test_step_buffers_are_fixed_device_arrays_a_growing_batch_refills():
+    """Issue 32 item 6: the step's index buffers live on the GPU at fixed addresses (a CUDA graph
+    can capture kernels that read them); each fill_step writes its step there with one copy."""
+    h = cuda_manager(gpu=512 << 20, host=1 << 30)
+    state, replay, tables, groups = h.step_buffers()
+    ts, tt = torch.from_dlpack(state), torch.from_dlpack(tables)
+    assert ts.is_cuda and tt.is_cuda and tt.shape[0] == 2 and len(groups) > 0
+    addresses = (ts.data_ptr(), tt.data_ptr())
+    for n in (1, 2):
+        rid = n
+        h.add_request(rid, list(range(rid * 100, rid * 100 + 40 * rid)))
+        h.resume(rid)
+        h.resize(rid, 40 * rid, 0)
+        h.resize(rid, 40 * rid, 40 * rid)
+        ids = list(range(1, n + 1))
+        host_state, _, host_tables = h.decode_step(ids, group=groups[0])
+        h.fill_step(ids)
+        torch.cuda.synchronize()
+        again = h.step_buffers()
+        assert (torch.from_dlpack(again[0]).data_ptr(),
+                torch.from_dlpack(again[2]).data_ptr()) == addresses
+        assert torch.from_dlpack(again[0])[:n].cpu().tolist() == list(host_state)
+        for r in range(n):
+            row = torch.from_dlpack(again[2])[r, 0].cpu().tolist()
+            width = len(h.block_table(ids[r], groups[0]))
+            assert row[:width] == list(host_tables[r][:width])
+            assert all(x == -1 for x in row[width:])

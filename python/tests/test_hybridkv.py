@@ -194,6 +194,31 @@ def test_step_arrays_of_a_smaller_step_survive_a_larger_one():
     assert (tables == kept[2]).all()
 
 
+def test_step_buffers_keep_their_addresses_and_hold_each_step():
+    """Issue 32 item 6: fill_step writes a step into buffers sized once (max_batch entries,
+    max_seq_len / tokens_per_block blocks); a larger step later moves nothing."""
+    h = hk.HybridCacheManager(model(), serving(max_batch=6, max_seq_len=512), hk.BackendKind.HOST)
+    state, replay, tables, groups = h.step_buffers()
+    assert state.shape == (6,) and tables.shape == (6, len(groups), 32)
+    for rid in range(1, 6):
+        h.add_request(rid, list(range(rid * 1000, rid * 1000 + 20 + 60 * rid)))
+        h.resume(rid)
+        prefill(h, rid, 20 + 60 * rid)
+    for ids in ([1, 2], [1, 2, 3, 4, 5], [3]):
+        h.decode_step(ids)
+        h.fill_step(ids)
+        again = h.step_buffers()
+        assert again[0].ctypes.data == state.ctypes.data
+        assert again[2].ctypes.data == tables.ctypes.data
+        for r, rid in enumerate(ids):
+            assert state[r] == h.state_index(rid)
+            t = h.block_table(rid, groups[0])
+            assert list(tables[r, 0, :len(t)]) == t and (tables[r, 0, len(t):] == -1).all()
+        assert (state[len(ids):] == -1).all() and (tables[len(ids):] == -1).all()
+    with pytest.raises(ValueError, match="dummies but only 0 dummy_slots"):
+        h.fill_step([3], num_dummies=1)
+
+
 def test_views_keep_the_manager_alive_and_objects_free_in_any_order():
     h = hk.HybridCacheManager(model(), serving(), hk.BackendKind.HOST)
     h.add_request(1, list(range(20)))

@@ -1,6 +1,6 @@
-// Kept copies (ManagerConfig::policies.keep_colder_copies), storage on its own with real bytes (host
-// backend): a tree page brought up from the host leaves its bytes there, and evicting it again
-// goes back to them without a transfer; copies are the host's first victims and go with their
+// Kept copies (ManagerConfig::policies.keep_colder_copies), storage on its own with real bytes
+// (host backend): a tree page brought up from the host leaves its bytes there, and evicting it
+// again goes back to them without a transfer; copies are the host's first victims and go with their
 // page.
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memory/backend.h"
+#include "storage/room.h"
 #include "storage/storage.h"
 
 namespace hybridkv::storage {
@@ -27,10 +28,10 @@ StoragePlan plan_with_host(bool keep_copies) {
   return *StoragePlan::build(c);
 }
 
-struct Recorder : PageObserver {
+struct Recorder : PageOwner {
   std::vector<OwnerTag> dropped;
-  void on_page_dropped(PageId, OwnerTag owner, CacheGroupId) override { dropped.push_back(owner); }
-  void on_page_updated(PageId, OwnerTag, CacheGroupId) override {}
+  void page_dropping(PageId, OwnerTag owner, CacheGroupId) override { dropped.push_back(owner); }
+  void pages_updated(std::span<const PageNotice>) override {}
 };
 
 class ColderCopies : public ::testing::Test {
@@ -40,7 +41,6 @@ class ColderCopies : public ::testing::Test {
     backend_ = std::move(memory::make_backend({BackendKind::kHost})).value();
     ASSERT_TRUE(backend_->allocate(*plan_).is_ok());
     storage_ = std::make_unique<Storage>(*plan_, backend_.get());
-    storage_->set_observer(&recorder_);
     slot_bytes_ = plan_->pool_group(pg_).pools[0].slot_bytes;
   }
   std::byte* bytes_of(PageId id) {
@@ -81,7 +81,7 @@ class ColderCopies : public ::testing::Test {
 TEST_F(ColderCopies, TheNextEvictionGoesBackToTheCopyWithoutATransfer) {
   make();
   const std::vector<PageId> ids = fill_gpu();
-  storage_->make_room(kGpuTier, pg_, 1);  // tag 0 goes down: one transfer
+  make_room(*storage_, kGpuTier, pg_, 1, recorder_);  // tag 0 goes down: one transfer
   settle();
   ASSERT_EQ(storage_->page(ids[0]).tier, TierKind::kHost);
   const SlotId host_slot = storage_->page(ids[0]).slot;
@@ -96,8 +96,8 @@ TEST_F(ColderCopies, TheNextEvictionGoesBackToTheCopyWithoutATransfer) {
   expect_bytes(ids[0], 0);
   EXPECT_EQ(storage_->check(), "");
 
-  storage_->set_priority(ids[0], 0);      // the GPU's next victim
-  storage_->make_room(kGpuTier, pg_, 1);  // back to the copy
+  storage_->set_priority(ids[0], 0);                  // the GPU's next victim
+  make_room(*storage_, kGpuTier, pg_, 1, recorder_);  // back to the copy
   settle();
   const Page& p = storage_->page(ids[0]);
   EXPECT_EQ(p.tier, TierKind::kHost);
@@ -117,14 +117,14 @@ TEST_F(ColderCopies, TheNextEvictionGoesBackToTheCopyWithoutATransfer) {
 TEST_F(ColderCopies, CopiesAreTheColderTiersFirstVictimsAndGoSilently) {
   make();
   const std::vector<PageId> ids = fill_gpu();
-  storage_->make_room(kGpuTier, pg_, 2);  // tags 0 and 1 go down ...
-  storage_->move(ids[0], kGpuTier);       // ... and come back, leaving two copies
+  make_room(*storage_, kGpuTier, pg_, 2, recorder_);  // tags 0 and 1 go down ...
+  storage_->move(ids[0], kGpuTier);                   // ... and come back, leaving two copies
   storage_->move(ids[1], kGpuTier);
   settle();
   ASSERT_EQ(host_used(), 2u);
   // Four more go down to a host of four slots: two take the free slots, two take the copies'
   // (no page whose bytes exist only on the host is dropped, and nobody is told).
-  storage_->make_room(kGpuTier, pg_, 4);
+  make_room(*storage_, kGpuTier, pg_, 4, recorder_);
   settle();
   for (size_t k = 2; k < 6; ++k) {
     EXPECT_EQ(storage_->page(ids[k]).tier, TierKind::kHost) << k;
@@ -141,7 +141,7 @@ TEST_F(ColderCopies, CopiesAreTheColderTiersFirstVictimsAndGoSilently) {
 TEST_F(ColderCopies, ACopyGoesWhenItsPageStopsBeingATreePageOrIsDropped) {
   make();
   const std::vector<PageId> ids = fill_gpu();
-  storage_->make_room(kGpuTier, pg_, 2);
+  make_room(*storage_, kGpuTier, pg_, 2, recorder_);
   storage_->move(ids[0], kGpuTier);
   storage_->move(ids[1], kGpuTier);
   settle();
@@ -154,7 +154,7 @@ TEST_F(ColderCopies, ACopyGoesWhenItsPageStopsBeingATreePageOrIsDropped) {
   EXPECT_EQ(storage_->check(), "");
   // Tag 1: demoted (worth nothing), so eviction drops it rather than moving it: its copy goes.
   storage_->set_demoted(ids[1], true);
-  storage_->make_room(kGpuTier, pg_, 1);
+  make_room(*storage_, kGpuTier, pg_, 1, recorder_);
   EXPECT_FALSE(storage_->page(ids[1]).live);
   EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{1}));
   EXPECT_EQ(host_used(), 0u);
@@ -167,7 +167,7 @@ TEST_F(ColderCopies, NoCopyForAPageOfNoTreeOrWhenTurnedOff) {
   const PageId held = storage_->allocate(CacheGroupId(0), kGpuTier);
   storage_->add_ref(held, Ref::kSuspended);  // a suspended request's own page: it may change
   (void)fill_gpu();
-  storage_->make_room(kGpuTier, pg_, 1);
+  make_room(*storage_, kGpuTier, pg_, 1, recorder_);
   ASSERT_EQ(storage_->page(held).tier, TierKind::kHost);
   storage_->move(held, kGpuTier);
   EXPECT_EQ(storage_->page(held).copy_below, kNoPage);
@@ -176,7 +176,7 @@ TEST_F(ColderCopies, NoCopyForAPageOfNoTreeOrWhenTurnedOff) {
 
   make(/*keep_copies=*/false);
   const std::vector<PageId> ids = fill_gpu();
-  storage_->make_room(kGpuTier, pg_, 1);
+  make_room(*storage_, kGpuTier, pg_, 1, recorder_);
   storage_->move(ids[0], kGpuTier);
   EXPECT_EQ(storage_->page(ids[0]).copy_below, kNoPage);
   EXPECT_EQ(host_used(), 0u);

@@ -13,6 +13,7 @@
 #include "lifecycle_fixture.h"
 #include "storage/eviction_policy.h"
 #include "storage/offload_policy.h"
+#include "storage/room.h"
 #include "storage/storage.h"
 
 namespace hybridkv {
@@ -57,12 +58,12 @@ const bool registered = [] {
   return storage::register_eviction_policy(std::make_unique<NewestFirst>()).is_ok();
 }();
 
-struct Dropped : storage::PageObserver {
+struct Dropped : storage::PageOwner {
   std::vector<storage::OwnerTag> owners;
-  void on_page_dropped(PageId, storage::OwnerTag owner, CacheGroupId) override {
+  void page_dropping(PageId, storage::OwnerTag owner, CacheGroupId) override {
     owners.push_back(owner);
   }
-  void on_page_updated(PageId, storage::OwnerTag, CacheGroupId) override {}
+  void pages_updated(std::span<const storage::PageNotice>) override {}
 };
 
 // Fills the GPU with tree pages (owner = order; `pages` of them), then makes room for 2.
@@ -80,11 +81,10 @@ std::vector<storage::OwnerTag> victims(const std::string& policy, storage::Owner
   EXPECT_TRUE(backend->allocate(plan).is_ok());
   storage::Storage s(plan, backend.get());
   Dropped dropped;
-  s.set_observer(&dropped);
   const storage::TierIndex gpu(0);
   for (*pages = 0; s.counts(gpu, PoolGroupId(0)).free > 0; ++*pages)
     s.set_owner(s.allocate(CacheGroupId(0), gpu), *pages);
-  s.make_room(gpu, PoolGroupId(0), 2);
+  storage::make_room(s, gpu, PoolGroupId(0), 2, dropped);
   EXPECT_EQ(s.check(), "");
   return dropped.owners;
 }

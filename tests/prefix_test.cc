@@ -183,7 +183,7 @@ TEST_F(PrefixIndexTest, AMatchReportsWhatDroppedSnapshotsWouldHaveAdded) {
   EXPECT_EQ(match().dropped_snapshot_tokens, 0u);  // 16 -> 24 never had a snapshot
   // Both snapshots are evicted; the KV stays.
   const PoolGroupId pg = plan_->cache_group(ssm_).page_pool_group(true);
-  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).total);
+  storage::make_room(*storage_, kGpuTier, pg, storage_->counts(kGpuTier, pg).total, *index_);
   const ReuseMatch m = match();
   EXPECT_EQ(m.reused_tokens, 0u);
   EXPECT_EQ(m.hybrid_tokens, 24u);
@@ -199,7 +199,7 @@ TEST_F(PrefixIndexTest, DroppingAKvBlockDropsTheKvBelowItAndKeepsTheSnapshots) {
   // Every KV page but block 2's is used again, so block 2's is the next one evicted.
   for (size_t b : {0u, 1u, 3u, 4u, 5u}) touch(index_->tree().pages(blocks[b])[attn_.value].page);
   const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
-  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);
+  storage::make_room(*storage_, kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1, *index_);
   for (size_t b = 0; b < blocks.size(); ++b) {
     EXPECT_EQ(index_->holds(blocks[b], attn_), b < 2) << "block " << b;  // 3..5 went with 2
     EXPECT_EQ(index_->holds(blocks[b], ssm_), b == 1 || b == 5) << "block " << b;
@@ -226,13 +226,15 @@ TEST_F(PrefixIndexTest, AnOrphanLeftInUseGoesWithTheNextBlockDroppedAboveIt) {
   for (PageId p : in_use) storage_->add_ref(p, Ref::kActive);
   const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
   for (size_t b : {0u, 1u}) touch(kv(b));
-  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);  // block 2 goes
+  storage::make_room(*storage_, kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1,
+                     *index_);  // block 2 goes
   for (size_t b = 0; b < blocks.size(); ++b)
     EXPECT_EQ(index_->holds(blocks[b], attn_), b != 2) << "block " << b;
   EXPECT_EQ(index_->check(), "");
   for (PageId p : in_use) storage_->drop_ref(p, Ref::kActive);
   touch(kv(0));
-  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);  // block 1 goes
+  storage::make_room(*storage_, kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1,
+                     *index_);  // block 1 goes
   for (size_t b = 0; b < blocks.size(); ++b)
     EXPECT_EQ(index_->holds(blocks[b], attn_), b == 0) << "block " << b;
   EXPECT_TRUE(index_->holds(blocks[5], ssm_));
@@ -297,7 +299,7 @@ TEST_F(PrefixIndexTwoTiers, AVictimOnItsWayDownStaysWhenTheHostDropsTheBlockAbov
   index_->publish(blocks.back(), ssm_, storage_->allocate(ssm_, kGpuTier), 4);
   for (size_t b = 0; b < blocks.size(); ++b)
     index_->publish(blocks[b], attn_, storage_->allocate(attn_, b < h ? host : kGpuTier), 4);
-  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1);
+  storage::make_room(*storage_, kGpuTier, pg, storage_->counts(kGpuTier, pg).free + 1, *index_);
   EXPECT_EQ(storage_->check(), "");
   EXPECT_EQ(index_->check(), "");
   for (size_t b = 0; b < blocks.size(); ++b) {
@@ -331,7 +333,7 @@ TEST_F(PrefixIndexTest, ADroppedPageLeavesTheTreeAndEmptyNodesArePruned) {
   EXPECT_EQ(index_->tree().size(), 3u);  // root and two blocks
   // Evicting everything (one tier: DROPPABLE pages are dropped) empties the tree.
   const PoolGroupId pg = plan_->cache_group(attn_).pool_group;
-  storage_->make_room(kGpuTier, pg, storage_->counts(kGpuTier, pg).total);
+  storage::make_room(*storage_, kGpuTier, pg, storage_->counts(kGpuTier, pg).total, *index_);
   EXPECT_EQ(index_->tree().size(), 1u);
   EXPECT_EQ(index_->check(), "");
   EXPECT_EQ(storage_->check(), "");

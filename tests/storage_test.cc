@@ -4,10 +4,13 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "hybridkv/testing/fault_env.h"
 #include "memory/backend.h"
+#include "storage/room.h"
 #include "storage/storage.h"
 
 namespace hybridkv::storage {
@@ -27,11 +30,13 @@ StoragePlan small_plan(bool with_host) {
 }
 
 // Records what storage reports about owned pages.
-struct Recorder : PageObserver {
+struct Recorder : PageOwner {
   std::vector<OwnerTag> dropped;
   std::vector<OwnerTag> updated;
-  void on_page_dropped(PageId, OwnerTag owner, CacheGroupId) override { dropped.push_back(owner); }
-  void on_page_updated(PageId, OwnerTag owner, CacheGroupId) override { updated.push_back(owner); }
+  void page_dropping(PageId, OwnerTag owner, CacheGroupId) override { dropped.push_back(owner); }
+  void pages_updated(std::span<const PageNotice> notices) override {
+    for (const PageNotice& n : notices) updated.push_back(n.owner);
+  }
 };
 
 class StorageTest : public ::testing::Test {
@@ -41,7 +46,6 @@ class StorageTest : public ::testing::Test {
     backend_ = std::move(memory::make_backend({BackendKind::kNone})).value();
     ASSERT_TRUE(backend_->allocate(*plan_).is_ok());
     storage_ = std::make_unique<Storage>(*plan_, backend_.get());
-    storage_->set_observer(&recorder_);
   }
   uint64_t gpu_slots() const { return storage_->counts(kGpuTier, pg_).total; }
   uint64_t free_gpu() const { return storage_->counts(kGpuTier, pg_).free; }
@@ -93,12 +97,56 @@ TEST_F(StorageTest, EvictionTakesLowestPriorityFirstThenLeastRecentlyUsed) {
   storage_->set_priority(ids[5], 10);
   EXPECT_EQ(storage_->check(), "");
   recorder_.dropped.clear();
-  storage_->make_room(kGpuTier, pg_, 5);
+  make_room(*storage_, kGpuTier, pg_, 5, recorder_);
   // 5 (priority 10), 9 then 2 (priority 20, in the order they joined that bucket), then the
   // default-priority pages oldest first: 0, 1.
   EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{5, 9, 2, 0, 1}));
   EXPECT_EQ(free_gpu(), 5u);
   EXPECT_EQ(storage_->check(), "");
+}
+
+// The eviction loop runs outside storage (storage/room.h): an owner told of a drop finds
+// storage consistent (no storage call is running), may let other pages go itself (as the prefix
+// index drops orphaned KV), and the next eviction is planned against what it left: room for 3
+// takes one victim, the owner's two pages make the rest.
+TEST_F(StorageTest, AnOwnerToldOfADropFindsStorageAtRestAndItsOwnDropsCount) {
+  make(false);
+  const std::vector<PageId> ids = fill_owned();
+  struct LetsTwoGo : PageOwner {
+    Storage* storage = nullptr;
+    std::vector<PageId> others;
+    std::vector<OwnerTag> dropped;
+    std::string check_at_drop;
+    void page_dropping(PageId, OwnerTag owner, CacheGroupId) override {
+      dropped.push_back(owner);
+      check_at_drop += storage->check();
+      for (PageId p : others) storage->drop_owned(p);
+      others.clear();
+    }
+    void pages_updated(std::span<const PageNotice>) override {}
+  } owner;
+  owner.storage = storage_.get();
+  owner.others = {ids[7], ids[8]};
+  make_room(*storage_, kGpuTier, pg_, 3, owner);
+  EXPECT_EQ(owner.dropped, std::vector<OwnerTag>{0});
+  EXPECT_EQ(owner.check_at_drop, "");
+  EXPECT_EQ(free_gpu(), 3u);
+  EXPECT_EQ(storage_->stats().pages_dropped, 3u);
+  EXPECT_EQ(storage_->check(), "");
+}
+
+// Storage plans an eviction without changing anything.
+TEST_F(StorageTest, PlanningAnEvictionChangesNothing) {
+  make(true);
+  for (int i = 0; i < 2; ++i)
+    storage_->add_ref(storage_->allocate(group_, kGpuTier), Ref::kSuspended);
+  fill_owned();
+  const std::string before = storage_->snapshot();
+  const std::optional<Eviction> e = storage_->next_eviction(kGpuTier, pg_, 1);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->action, Eviction::Action::kMoveDown);  // the oldest page is HELD: it moves down
+  EXPECT_EQ(storage_->snapshot(), before);
+  EXPECT_FALSE(storage_->next_eviction(kGpuTier, pg_, 0).has_value());
 }
 
 TEST_F(StorageTest, HeldPagesCascadeToTheHostAndDroppablePagesDropOnTheLastTier) {
@@ -115,7 +163,7 @@ TEST_F(StorageTest, HeldPagesCascadeToTheHostAndDroppablePagesDropOnTheLastTier)
   // Making room for 6: the four HELD pages are oldest, so they go first, down to the host
   // (they are never dropped); then two DROPPABLE pages move down only while the host has room:
   // it is full, so they are dropped.
-  storage_->make_room(kGpuTier, pg_, 6);
+  make_room(*storage_, kGpuTier, pg_, 6, recorder_);
   for (PageId p : held) EXPECT_EQ(storage_->page(p).tier, TierKind::kHost);
   EXPECT_EQ(storage_->stats().pages_offloaded, 4u);
   EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{0, 1}));
@@ -172,11 +220,11 @@ TEST_F(StorageTest, EverFullIsSetByTheFirstEvictionOfAPageOfValue) {
   const std::vector<PageId> ids = fill_owned();
   EXPECT_FALSE(storage_->ever_full(kGpuTier, pg_));
   storage_->set_demoted(ids[3], true);
-  storage_->make_room(kGpuTier, pg_, 1);  // the demoted page goes first
+  make_room(*storage_, kGpuTier, pg_, 1, recorder_);  // the demoted page goes first
   EXPECT_EQ(recorder_.dropped, std::vector<OwnerTag>{3});
   EXPECT_FALSE(storage_->ever_full(kGpuTier, pg_));
   EXPECT_EQ(storage_->victims(kGpuTier, pg_), 0u);
-  storage_->make_room(kGpuTier, pg_, 2);  // then the least recently used page of value
+  make_room(*storage_, kGpuTier, pg_, 2, recorder_);  // then the least recently used page of value
   EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{3, 0}));
   EXPECT_TRUE(storage_->ever_full(kGpuTier, pg_));
   EXPECT_EQ(storage_->victims(kGpuTier, pg_), 1u);
@@ -196,6 +244,7 @@ TEST_F(StorageTest, ShrinkingAPoolMovesOnlyThePagesInRetiredSlots) {
   ASSERT_EQ(free_gpu(), 16u);
   recorder_.updated.clear();
   (void)storage_->resize_pool(kGpuTier, pg_, total - 10);
+  recorder_.pages_updated(storage_->take_notices());
   std::vector<OwnerTag> moved;
   for (size_t k = total - 10; k < total; ++k) moved.push_back(static_cast<OwnerTag>(k));
   EXPECT_EQ(recorder_.updated, moved);
@@ -267,7 +316,6 @@ TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
   ASSERT_TRUE(backend->allocate(plan).is_ok());
   Storage storage(plan, backend.get());
   Recorder recorder;
-  storage.set_observer(&recorder);
   const PoolGroupId pg(0);
   const uint64_t slot_bytes = plan.pool_group(pg).pools[0].slot_bytes;
   std::vector<PageId> ids;
@@ -278,10 +326,10 @@ TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
                     storage.page(ids.back()).slot.value * slot_bytes;
     std::memset(at, static_cast<int>(ids.size() % 251), slot_bytes);
   }
-  env->set_copy_gate(false);           // hold every copy
-  storage.make_room(kGpuTier, pg, 4);  // pages 0-3 go to the host, copies queued
+  env->set_copy_gate(false);                      // hold every copy
+  make_room(storage, kGpuTier, pg, 4, recorder);  // pages 0-3 go to the host, copies queued
   (void)storage.flush();
-  storage.make_room(kGpuTier, pg, 8);  // pages 4-7 follow and push 0-3 out: dropped
+  make_room(storage, kGpuTier, pg, 8, recorder);  // pages 4-7 follow and push 0-3 out: dropped
   (void)storage.flush();
   EXPECT_EQ(recorder.dropped, (std::vector<OwnerTag>{0, 1, 2, 3}));
   EXPECT_EQ(storage.stats().pages_offload_cancelled, 4u);

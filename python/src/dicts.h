@@ -16,10 +16,7 @@
 namespace hybridkv::python {
 
 template <typename T>
-  requires std::is_arithmetic_v<T>
-T to_py(T value) {
-  return value;
-}
+requires std::is_arithmetic_v<T> T to_py(T value) { return value; }
 
 template <typename T>
 nanobind::list to_py(const std::vector<T>& values);

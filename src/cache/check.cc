@@ -15,6 +15,7 @@ std::string ManagerCore::check() const {
 // refer to it, active caches sit on the GPU, and block tables agree with the pages.
 std::string ManagerCore::check_locked() const {
   std::string err = storage_.check();
+  if (err.empty() && storage_.has_notices()) err = "storage holds notices the index never got";
   if (err.empty()) err = index_.check();
   if (!err.empty()) return err;
   // By page: (active, suspended) references the caches hold.

@@ -1,4 +1,5 @@
 #include "cache/manager_core.h"
+#include "storage/room.h"
 
 #include <algorithm>
 #include <array>
@@ -183,8 +184,12 @@ Status ManagerCore::check_room(const char* op, const std::vector<uint64_t>& need
 
 void ManagerCore::make_room(const std::vector<uint64_t>& need) {
   for (const PoolGroup& pg : plan_.pool_groups()) {
-    if (need[pg.id.value]) storage_.make_room(kGpuTier, pg.id, need[pg.id.value]);
+    if (need[pg.id.value]) storage::make_room(storage_, kGpuTier, pg.id, need[pg.id.value], index_);
   }
+}
+
+void ManagerCore::deliver_notices() {
+  if (storage_.has_notices()) index_.pages_updated(storage_.take_notices());
 }
 
 void ManagerCore::rebuild_tables(CacheRecord& rec) {
@@ -384,6 +389,7 @@ Status ManagerCore::set_block_priority(uint32_t id, uint64_t first, uint64_t end
         storage_.set_priority(gs.held[i], priority);
     }
   }
+  deliver_notices();
   after_mutation();
   return Status::ok();
 }

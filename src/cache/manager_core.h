@@ -150,6 +150,8 @@ class ManagerCore {
   Status check_room(const char* op, const std::vector<uint64_t>& need,
                     const storage::Exclusions* excluded = nullptr) const;
   void make_room(const std::vector<uint64_t>& need);
+  // Hands storage's notices (owned pages moved or re-prioritized) to the index.
+  void deliver_notices();
   // Block-table (and index-buffer) entries [from, to) of an attention group, every beam.
   void set_table_entries(CacheRecord& rec, const CacheGroup& g, uint64_t from, uint64_t to);
   void rebuild_tables(CacheRecord& rec);

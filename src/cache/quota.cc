@@ -5,6 +5,7 @@
 // exceed the new slot count. Growing stops at the slots the backend reserved.
 #include "cache/manager_core.h"
 #include "hybridkv/units.h"
+#include "storage/room.h"
 
 namespace hybridkv::cache_detail {
 
@@ -91,8 +92,10 @@ Status ManagerCore::apply_slots(storage::TierIndex t, const std::vector<uint64_t
   for (const PoolGroup& pg : plan_.pool_groups()) {
     const uint64_t n = want[pg.id.value];
     const storage::Storage::SlotCounts c = storage_.counts(t, pg.id);
-    if (n < c.total && c.free < c.total - n) storage_.make_room(t, pg.id, c.total - n);
+    if (n < c.total && c.free < c.total - n)
+      storage::make_room(storage_, t, pg.id, c.total - n, index_);
     const CopyEvent e = storage_.resize_pool(t, pg.id, n);
+    deliver_notices();
     if (n < c.total) backend_->shrink(kind, pg.id, n, e);
     if (e.ticket > moved.ticket) moved = e;
   }

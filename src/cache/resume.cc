@@ -124,6 +124,7 @@ Status ManagerCore::prefetch(uint32_t id) {
   for (PageId pid : own) storage_.pin(pid);
   make_room(need);
   for (PageId pid : away) storage_.move(pid, kGpuTier);
+  deliver_notices();
   for (PageId pid : own) storage_.unpin(pid);
   rec.note_ready(storage_.flush());
   after_mutation();
@@ -151,6 +152,7 @@ Status ManagerCore::resume_locked(uint32_t id, const std::vector<CacheGroupId>& 
   for (auto [pid, onboard] : own) {
     if (onboard && storage_.page(pid).tier != TierKind::kGpu) storage_.move(pid, kGpuTier);
   }
+  deliver_notices();
   for (auto [pid, onboard] : own) {
     // An unselected OPTIONAL page stays HELD until finish_first_resume lets it go.
     if (onboard) storage_.convert_ref(pid, Ref::kSuspended, Ref::kActive);

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <map>
 
-#include "hybridkv/hybrid.h"
 #include "hybrid/step_state.h"
+#include "hybridkv/hybrid.h"
 #include "hybridkv/units.h"
 
 namespace hybridkv {

@@ -31,7 +31,6 @@ PrefixIndex::PrefixIndex(const StoragePlan& plan, storage::Storage& storage)
       tree_(plan.cache_groups().size()),
       hasher_(plan.config().block_hash) {
   stats_.groups.resize(plan.cache_groups().size());
-  storage_.set_observer(this);
 }
 
 PageId PrefixIndex::matched_page(const MatchPlan& mp, CacheGroupId group, uint64_t block) const {
@@ -205,18 +204,23 @@ std::vector<CacheEvent> PrefixIndex::take_events() { return std::exchange(events
 
 void PrefixIndex::emit(CacheEventKind kind, NodeId node, CacheGroupId group) {
   if (!plan_.config().record_events) return;
-  const Node& n = tree_.node(node);
   CacheEvent e;
   e.kind = kind;
-  e.key = n.key;
-  if (n.parent != kNoNode) e.parent_key = tree_.node(n.parent).key;
-  if (kind == CacheEventKind::kStored) e.tokens = n.tokens;
-  e.group = group;
   const PageId pid = tree_.pages(node)[group.value].page;
   if (pid != kNoPage) {
     e.tier = storage_.page(pid).tier;
     e.priority = storage_.page(pid).priority;
   }
+  push_event(std::move(e), node, group);
+}
+
+// Completes an event of (node, group) with the node's keys (and tokens when stored).
+void PrefixIndex::push_event(CacheEvent e, NodeId node, CacheGroupId group) {
+  const Node& n = tree_.node(node);
+  e.key = n.key;
+  if (n.parent != kNoNode) e.parent_key = tree_.node(n.parent).key;
+  if (e.kind == CacheEventKind::kStored) e.tokens = n.tokens;
+  e.group = group;
   events_.push_back(std::move(e));
 }
 
@@ -235,7 +239,7 @@ void PrefixIndex::unpublish(NodeId node, CacheGroupId group) {
   tree_.prune(node);
 }
 
-void PrefixIndex::on_page_dropped(PageId page, storage::OwnerTag owner, CacheGroupId group) {
+void PrefixIndex::page_dropping(PageId page, storage::OwnerTag owner, CacheGroupId group) {
   const NodeId node(owner);
   HKV_CHECK(tree_.pages(node)[group.value].page == page, "dropped page %u is not in the tree",
             page.value);
@@ -244,8 +248,15 @@ void PrefixIndex::on_page_dropped(PageId page, storage::OwnerTag owner, CacheGro
   tree_.prune(node);
 }
 
-void PrefixIndex::on_page_updated(PageId, storage::OwnerTag owner, CacheGroupId group) {
-  emit(CacheEventKind::kUpdated, NodeId(owner), group);
+void PrefixIndex::pages_updated(std::span<const storage::PageNotice> notices) {
+  if (!plan_.config().record_events) return;
+  for (const storage::PageNotice& n : notices) {
+    CacheEvent e;
+    e.kind = CacheEventKind::kUpdated;
+    e.tier = n.tier;
+    e.priority = n.priority;
+    push_event(std::move(e), NodeId(n.owner), n.group);
+  }
 }
 
 std::string PrefixIndex::check() const {

@@ -4,9 +4,10 @@
 // there), keeps snapshots, runs planned drops and checks its own consistency.
 //
 // Pages: the index is the owner (storage::Storage::set_owner, tag = node id) of every page it
-// keeps, one per (node, cache group); storage tells it through PageObserver when such a page is
-// dropped or changes tier or priority. It never touches a cache's references: the per-request
-// state machine (cache/) does, from what the index returns.
+// keeps, one per (node, cache group); the eviction loop (storage/room.h) tells it, as the
+// storage::PageOwner, when such a page is about to be dropped or has changed tier or priority. It
+// never touches a cache's references: the per-request state machine (cache/) does, from what the
+// index returns.
 //
 // Thread-safety: none of its own; the manager's lock covers it. match() only reads the tree and
 // the given hasher, so probes may run it concurrently under a shared lock.
@@ -20,6 +21,7 @@
 #include "hybridkv/reuse.h"
 #include "prefix/block_hash.h"
 #include "prefix/radix_tree.h"
+#include "storage/room.h"
 #include "storage/storage.h"
 
 namespace hybridkv::prefix {
@@ -44,7 +46,7 @@ struct Offer {
   storage::PageId tree_page;  // kAdopt: the page to use instead
 };
 
-class PrefixIndex final : public storage::PageObserver {
+class PrefixIndex final : public storage::PageOwner {
  public:
   PrefixIndex(const StoragePlan& plan, storage::Storage& storage);
   PrefixIndex(const PrefixIndex&) = delete;
@@ -105,8 +107,8 @@ class PrefixIndex final : public storage::PageObserver {
   std::string check() const;
   std::string snapshot() const;
 
-  void on_page_dropped(storage::PageId page, storage::OwnerTag owner, CacheGroupId group) override;
-  void on_page_updated(storage::PageId page, storage::OwnerTag owner, CacheGroupId group) override;
+  void page_dropping(storage::PageId page, storage::OwnerTag owner, CacheGroupId group) override;
+  void pages_updated(std::span<const storage::PageNotice> notices) override;
 
  private:
   // --- snapshot-aware eviction (worth.cc) ---
@@ -135,6 +137,7 @@ class PrefixIndex final : public storage::PageObserver {
   std::string check_counts() const;
 
   void emit(CacheEventKind kind, NodeId node, CacheGroupId group);
+  void push_event(CacheEvent e, NodeId node, CacheGroupId group);
   void note_removed(NodeId node, CacheGroupId group);  // snapshot statistics and marks
   // The tree lets go of the node's page of `group` (events, statistics, worth); the caller
   // tells storage and prunes.

@@ -95,30 +95,44 @@ PageId Storage::pick_victim(TierIndex tier, PoolGroupId pg, bool room_below) con
   return eviction_->evicted_before(page(held), page(droppable), tick_) ? held : droppable;
 }
 
-void Storage::make_room(TierIndex tier, PoolGroupId pg, uint64_t n) {
-  while (slots(tier, pg).free_count() < n) {
-    const std::optional<TierIndex> below = destination_below(tier, pg);
-    const PageId victim = pick_victim(tier, pg, below.has_value());
-    HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
-              tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
-    const Page& v = page(victim);
-    if (!v.demoted) {
-      ++slots(tier, pg).victims;
-      slots(tier, pg).ever_full = true;
-    }
-    if (v.is_copy()) {
-      release_copy(victim);
-    } else if (v.copy_below != kNoPage && worth_moving(v)) {
-      return_to_copy(victim);
-    } else if (below && worth_moving(v)) {
-      // Evictions below may make the owner let other pages go (PageObserver): not this one.
-      pin(victim);
-      make_room(*below, pg, 1);
-      unpin(victim);
-      move(victim, *below);
-    } else {
-      drop(victim);
-    }
+std::optional<Eviction> Storage::next_eviction(TierIndex tier, PoolGroupId pg, uint64_t n) const {
+  if (slots(tier, pg).free_count() >= n) return std::nullopt;
+  const std::optional<TierIndex> below = destination_below(tier, pg);
+  const PageId victim = pick_victim(tier, pg, below.has_value());
+  HKV_CHECK(victim != kNoPage, "make_room(%s, pool group %u, %llu): no victim left",
+            tier_kind_name(tier_kind(tier)), pg.value, static_cast<unsigned long long>(n));
+  const Page& v = page(victim);
+  Eviction e{victim, Eviction::Action::kDrop, tier, tier, !v.demoted};
+  if (v.is_copy()) {
+    e.action = Eviction::Action::kReleaseCopy;
+  } else if (v.copy_below != kNoPage && worth_moving(v)) {
+    e.action = Eviction::Action::kReturnToCopy;
+  } else if (below && worth_moving(v)) {
+    e.action = Eviction::Action::kMoveDown;
+    e.below = *below;
+  }
+  return e;
+}
+
+void Storage::evict(const Eviction& e) {
+  PoolSlots& s = slots(e.tier, page(e.victim).pool_group);
+  if (e.counted) {
+    ++s.victims;
+    s.ever_full = true;
+  }
+  switch (e.action) {
+    case Eviction::Action::kReleaseCopy:
+      release_copy(e.victim);
+      break;
+    case Eviction::Action::kReturnToCopy:
+      return_to_copy(e.victim);
+      break;
+    case Eviction::Action::kMoveDown:
+      move(e.victim, e.below);
+      break;
+    case Eviction::Action::kDrop:
+      drop_owned(e.victim);
+      break;
   }
 }
 
@@ -241,7 +255,7 @@ void Storage::clear_owner(PageId id) {
 
 void Storage::notify_updated(PageId id) {
   const Page& p = page(id);
-  if (observer_ != nullptr && p.owned()) observer_->on_page_updated(id, p.owner, p.group);
+  if (p.owned()) notices_.push_back({id, p.owner, p.group, p.tier, p.priority});
 }
 
 void Storage::set_priority(PageId id, int32_t priority) {
@@ -396,14 +410,6 @@ void Storage::refresh(PageId id) {
   if (p.queue == want) return;
   dequeue(id);
   if (want != QueueKind::kNone) enqueue_newest(id, want);
-}
-
-// The observer forgets the page (it stays DROPPABLE meanwhile), then it goes as drop_owned.
-void Storage::drop(PageId id) {
-  const Page& p = page(id);
-  HKV_CHECK(p.state() == PageState::kDroppable, "page %u dropped while not DROPPABLE", id.value);
-  if (observer_ != nullptr) observer_->on_page_dropped(id, p.owner, p.group);
-  drop_owned(id);
 }
 
 void Storage::drop_owned(PageId id) {

@@ -5,22 +5,27 @@
 // reference of a cache (add_ref: Ref::kActive = LOCKED, Ref::kSuspended = HELD) or an owner
 // (set_owner: the prefix index keeps it, DROPPABLE once no cache refers to it). A page nobody
 // refers to and nobody owns is released on the spot. Storage knows nothing of what owns a page:
-// it reports drops and tier or priority changes of owned pages through PageObserver.
+// it never calls the owner; tier and priority changes of owned pages are kept as notices the
+// caller takes (take_notices) and hands on.
 //
 // Making room on tier t evicts from t's queues in value order (priority, then LRU): a HELD page
 // moves to the first tier below where room can be made (t+1, or a deeper one when t+1 holds
 // only pages that cannot move), making room there first; a DROPPABLE page moves down likewise
 // when it is worth it, else (and always on the last tier) it is dropped; a page that kept a
-// copy below when it came up (storage/copies.cc) goes back to it instead. Callers first ask
-// max_room() whether an operation can succeed and only then act, so a failed operation changes
-// nothing. Copies are collected and submitted as one batch by flush(); the batch's event becomes
-// the ready event of every page it wrote and the last-use event of every slot it read.
+// copy below when it came up (storage/copies.cc) goes back to it instead. Storage plans one
+// eviction at a time (next_eviction, no side effect) and applies it (evict); the loop that makes
+// room (storage/room.h) runs outside it, so the owner hears of a drop between two storage calls
+// and never while one runs. Callers first ask max_room() whether an operation can succeed and
+// only then act, so a failed operation changes nothing. Copies are collected and submitted as one
+// batch by flush(); the batch's event becomes the ready event of every page it wrote and the
+// last-use event of every slot it read.
 //
 // Thread-safety: none; the manager's mutex serializes every call.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hybridkv/stats.h"
@@ -31,14 +36,28 @@
 
 namespace hybridkv::storage {
 
-// Told about pages that have an owner (the prefix index implements it).
-class PageObserver {
- public:
-  virtual ~PageObserver() = default;
-  // The page is about to be dropped to make room; the owner forgets it.
-  virtual void on_page_dropped(PageId page, OwnerTag owner, CacheGroupId group) = 0;
-  // The page moved to another tier or its priority was set.
-  virtual void on_page_updated(PageId page, OwnerTag owner, CacheGroupId group) = 0;
+// An owned page moved to another tier or had its priority set: what it is now.
+struct PageNotice {
+  PageId page;
+  OwnerTag owner = kNoOwner;
+  CacheGroupId group;
+  TierKind tier = TierKind::kGpu;
+  int32_t priority = kDefaultPriority;
+};
+
+// One eviction toward free slots on a tier (Storage::next_eviction): what happens to `victim`.
+struct Eviction {
+  enum class Action : uint8_t {
+    kReleaseCopy,   // the victim is a kept copy: its slot is freed
+    kReturnToCopy,  // the victim goes back to its kept copy below (no transfer)
+    kMoveDown,      // the victim moves to `below` (room there is made first)
+    kDrop,          // the victim is dropped (its owner forgets it first)
+  };
+  PageId victim;
+  Action action = Action::kDrop;
+  TierIndex tier;
+  TierIndex below;       // kMoveDown only
+  bool counted = false;  // the victim was not demoted: counts as pressure (Storage::victims)
 };
 
 // Pages of one operation's own caches that sit in queues, per [tier][pool group]: they will be
@@ -51,7 +70,6 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void set_observer(PageObserver* observer) { observer_ = observer; }
   size_t num_tiers() const { return tiers_.size(); }
   TierKind tier_kind(TierIndex tier) const { return tiers_[tier.value].kind; }
   Exclusions empty_exclusions() const;
@@ -67,8 +85,15 @@ class Storage {
   // The most free slots that evictions could make on (tier, pg), not counting `own` queued
   // pages of the operation's own caches there (Exclusions).
   uint64_t max_room(TierIndex tier, PoolGroupId pg, uint64_t own = 0) const;
-  // Requires: max_room(tier, pg) >= n. Evicts until n slots are free.
-  void make_room(TierIndex tier, PoolGroupId pg, uint64_t n);
+  // The next eviction toward n free slots on (tier, pg); nullopt once n are free. Changes
+  // nothing. Requires: max_room(tier, pg) >= n. storage/room.h runs the loop.
+  std::optional<Eviction> next_eviction(TierIndex tier, PoolGroupId pg, uint64_t n) const;
+  // Applies it. Requires: it is the plan next_eviction just gave; for kMoveDown a free slot on
+  // `below` (made with the victim pinned); for kDrop the owner has forgotten the victim.
+  void evict(const Eviction& e);
+  // The notices of owned pages that moved or changed priority since the last take.
+  std::vector<PageNotice> take_notices() { return std::exchange(notices_, {}); }
+  bool has_notices() const { return !notices_.empty(); }
 
   // --- pressure (pool rebalancing) ---
   // How long (in weighted queue ticks) the page that (tier, pg) would give up first has waited:
@@ -99,8 +124,8 @@ class Storage {
   // The prefix index keeps the page / lets it go (released when no cache refers to it).
   void set_owner(PageId id, OwnerTag owner);
   void clear_owner(PageId id);
-  // The owner evicts a DROPPABLE page itself (it has already forgotten it; the observer is not
-  // called): counted as a dropped page, then released.
+  // The owner evicts a DROPPABLE page itself (it has already forgotten it): counted as a
+  // dropped page, then released.
   void drop_owned(PageId id);
   void set_priority(PageId id, int32_t priority);
   // The owner's verdict on the page's worth (Page::demoted); not an event.
@@ -202,7 +227,6 @@ class Storage {
   template <typename Change>
   void requeue(PageId id, Change&& change);
   void notify_updated(PageId id);
-  void drop(PageId id);
   void release(PageId id);
   // The page is dead: skip its offload copy if it has not run (counted in the stats).
   void cancel_offload(Page& p);
@@ -222,9 +246,9 @@ class Storage {
 
   StoragePlan plan_;
   memory::MemoryBackend* backend_;
-  const EvictionPolicy* eviction_;  // which victim (ManagerConfig::policies.eviction)
-  const OffloadPolicy* offload_;    // copy down or drop (ManagerConfig::policies.offload)
-  PageObserver* observer_ = nullptr;
+  const EvictionPolicy* eviction_;   // which victim (ManagerConfig::policies.eviction)
+  const OffloadPolicy* offload_;     // copy down or drop (ManagerConfig::policies.offload)
+  std::vector<PageNotice> notices_;  // see take_notices
   std::vector<Tier> tiers_;
   std::vector<Page> pages_;
   std::vector<PageId> free_pages_;

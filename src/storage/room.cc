@@ -1,0 +1,20 @@
+#include "storage/room.h"
+
+namespace hybridkv::storage {
+
+void make_room(Storage& storage, TierIndex tier, PoolGroupId pg, uint64_t n, PageOwner& owner) {
+  while (const std::optional<Eviction> e = storage.next_eviction(tier, pg, n)) {
+    if (e->action == Eviction::Action::kMoveDown) {
+      storage.pin(e->victim);
+      make_room(storage, e->below, pg, 1, owner);
+      storage.unpin(e->victim);
+    } else if (e->action == Eviction::Action::kDrop) {
+      const Page& v = storage.page(e->victim);
+      owner.page_dropping(e->victim, v.owner, v.group);
+    }
+    storage.evict(*e);
+    if (storage.has_notices()) owner.pages_updated(storage.take_notices());
+  }
+}
+
+}  // namespace hybridkv::storage

@@ -26,37 +26,18 @@ namespace hybridkv::testing {
 
 class RedisServer {
  public:
-  // Nothing when redis-server is not installed (the caller skips; CI installs it).
-  static std::unique_ptr<RedisServer> start() {
-    if (::access("/usr/bin/redis-server", X_OK) != 0) return nullptr;
-    auto server = std::unique_ptr<RedisServer>(new RedisServer(free_port()));
+  // Nothing when redis-server is not installed (the caller skips; CI installs it). `extra`:
+  // more arguments (a cluster node's); port 0: one the system picks.
+  static std::unique_ptr<RedisServer> start(std::vector<std::string> extra = {},
+                                            uint16_t port = 0) {
+    if (!installed()) return nullptr;
+    auto server = std::unique_ptr<RedisServer>(
+        new RedisServer(port != 0 ? port : free_port(), std::move(extra)));
     if (!server->launch()) return nullptr;
     return server;
   }
-  ~RedisServer() { stop(SIGKILL); }
-
-  uint16_t port() const { return port_; }
-  RedisStoreConfig config() const {
-    RedisStoreConfig c;
-    c.port = port_;
-    c.timeout = std::chrono::milliseconds(300);
-    c.reconnect_backoff = std::chrono::milliseconds(20);
-    c.max_reconnect_backoff = std::chrono::milliseconds(200);
-    return c;
-  }
-
-  void kill() { stop(SIGKILL); }
-  void freeze() { ::kill(pid_, SIGSTOP); }
-  void thaw() { ::kill(pid_, SIGCONT); }
-  // Starts it again on the same port (empty: no persistence).
-  bool restart() {
-    stop(SIGKILL);
-    return launch();
-  }
-
- private:
-  explicit RedisServer(uint16_t port) : port_(port) {}
-
+  static bool installed() { return ::access("/usr/bin/redis-server", X_OK) == 0; }
+  // A loopback port nothing listens on now.
   static uint16_t free_port() {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -70,6 +51,32 @@ class RedisServer {
     return ntohs(a.sin_port);
   }
 
+  ~RedisServer() { stop(SIGKILL); }
+
+  uint16_t port() const { return port_; }
+  RedisStoreConfig config() const {
+    RedisStoreConfig c;
+    c.port = port_;
+    c.timeout = std::chrono::milliseconds(300);
+    c.reconnect_backoff = std::chrono::milliseconds(20);
+    c.max_reconnect_backoff = std::chrono::milliseconds(200);
+    return c;
+  }
+
+  void kill() { stop(SIGKILL); }
+  bool alive() const { return pid_ > 0; }
+  void freeze() { ::kill(pid_, SIGSTOP); }
+  void thaw() { ::kill(pid_, SIGCONT); }
+  // Starts it again on the same port (empty: no persistence).
+  bool restart() {
+    stop(SIGKILL);
+    return launch();
+  }
+
+ private:
+  RedisServer(uint16_t port, std::vector<std::string> extra)
+      : port_(port), extra_(std::move(extra)) {}
+
   bool launch() {
     const std::string port = std::to_string(port_);
     std::vector<std::string> args = {"redis-server", "--port",      port,    "--bind",
@@ -77,6 +84,7 @@ class RedisServer {
                                      "no",           "--dir",       "/tmp",  "--loglevel",
                                      "warning",      "--maxmemory", "512mb", "--maxmemory-policy",
                                      "allkeys-lru"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -104,6 +112,7 @@ class RedisServer {
   }
 
   uint16_t port_;
+  std::vector<std::string> extra_;
   pid_t pid_ = -1;
 };
 

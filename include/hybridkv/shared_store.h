@@ -34,6 +34,8 @@ struct StoreStats {
   uint64_t failures = 0;    // keys answered kFailed
   uint64_t reconnects = 0;  // connections made after the first
   uint64_t bytes_put = 0, bytes_got = 0;
+  uint64_t redirects = 0;      // cluster: MOVED and ASK replies followed
+  uint64_t slot_refreshes = 0;  // cluster: slot maps read (CLUSTER SLOTS)
 };
 
 class SharedStore {
@@ -62,10 +64,16 @@ struct RedisStoreConfig {
   std::chrono::milliseconds timeout{250};                 // connect, send, and every reply
   std::chrono::milliseconds reconnect_backoff{50};        // the first wait after a failure
   std::chrono::milliseconds max_reconnect_backoff{2000};  // doubling stops here
+  // Redis Cluster: host:port is a node to learn the cluster from. Each key goes to the master
+  // of its hash slot (CRC16 of the key, as every cluster client computes it); a batch is one
+  // pipelined round trip per master it touches; MOVED and ASK redirects are followed; after a
+  // node fails the slot map is read again, so a replica that took over serves its slots.
+  bool cluster = false;
 };
 
-// A store on one Redis server (hiredis). The server need not be up yet: calls fail until it is.
-// Refused: an empty host, port 0, a timeout or backoff of 0 (the message names the field).
+// A store on one Redis server, or a Redis Cluster (hiredis). The servers need not be up yet:
+// calls fail until they are. Refused: an empty host, port 0, a timeout or backoff of 0 (the
+// message names the field).
 Result<std::unique_ptr<SharedStore>> open_redis_store(const RedisStoreConfig& config);
 
 }  // namespace hybridkv

@@ -387,7 +387,8 @@ void bind_steps(nb::class_<Manager>& cls) {
            "The step's index buffers at fixed addresses, sized once for max_batch + dummy_slots "
            "entries and max_seq_len / tokens_per_block blocks: (state indices, replay indices, "
            "block tables [entries, table groups, max_blocks], the table groups). On the GPU with "
-           "the cuda backend (DLPack; a CUDA graph can capture kernels that read them), numpy "
+           "the cuda backend (DLPack capsules, each consumed once by torch.from_dlpack; a CUDA "
+           "graph can capture kernels that read them), numpy "
            "otherwise. fill_step() rewrites them; -1 marks what is not in use.")
       .def(
           "fill_step",

@@ -85,12 +85,12 @@ def test_step_buffers_are_fixed_device_arrays_a_growing_batch_refills():
         host_state, _, host_tables = h.decode_step(ids, group=groups[0])
         h.fill_step(ids)
         torch.cuda.synchronize()
-        again = h.step_buffers()
-        assert (torch.from_dlpack(again[0]).data_ptr(),
-                torch.from_dlpack(again[2]).data_ptr()) == addresses
-        assert torch.from_dlpack(again[0])[:n].cpu().tolist() == list(host_state)
+        again = h.step_buffers()  # DLPack capsules: each is consumed once
+        state_now, tables_now = torch.from_dlpack(again[0]), torch.from_dlpack(again[2])
+        assert (state_now.data_ptr(), tables_now.data_ptr()) == addresses
+        assert state_now[:n].cpu().tolist() == list(host_state)
         for r in range(n):
-            row = torch.from_dlpack(again[2])[r, 0].cpu().tolist()
+            row = tables_now[r, 0].cpu().tolist()
             width = len(h.block_table(ids[r], groups[0]))
             assert row[:width] == list(host_tables[r][:width])
             assert all(x == -1 for x in row[width:])

@@ -34,7 +34,7 @@ struct StoreStats {
   uint64_t failures = 0;    // keys answered kFailed
   uint64_t reconnects = 0;  // connections made after the first
   uint64_t bytes_put = 0, bytes_got = 0;
-  uint64_t redirects = 0;      // cluster: MOVED and ASK replies followed
+  uint64_t redirects = 0;       // cluster: MOVED and ASK replies followed
   uint64_t slot_refreshes = 0;  // cluster: slot maps read (CLUSTER SLOTS)
 };
 

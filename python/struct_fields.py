@@ -17,6 +17,8 @@ DICT_STRUCTS = [
     ("stats.h", "IterationStats"),
     ("reuse.h", "GroupReuseStats"),
     ("reuse.h", "ReuseStats"),
+    ("shared_store.h", "SharedTierStats"),
+    ("shared_store.h", "SharedFetch"),
 ]
 
 

@@ -12,6 +12,7 @@ rm -rf $d && mkdir -p $d/include $d/share/cmake $d/lib/x86_64-linux-gnu/cmake
 cp -r /usr/include/nlohmann /usr/include/CLI /usr/include/openssl /usr/include/gtest \
   /usr/include/gmock /usr/include/benchmark $d/include/
 cp /usr/include/x86_64-linux-gnu/openssl/*.h $d/include/openssl/
+cp /usr/include/xxhash.h $d/include/  # header only (XXH_INLINE_ALL)
 cp -r /usr/share/cmake/nlohmann_json /usr/share/cmake/CLI11 $d/share/cmake/
 l=/usr/lib/x86_64-linux-gnu
 cp -r $l/cmake/GTest $l/cmake/benchmark $d/lib/x86_64-linux-gnu/cmake/

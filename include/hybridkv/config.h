@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -119,6 +120,26 @@ struct PolicyConfig {
   bool rebalancing() const { return rebalance != "off"; }
 };
 
+class SharedStore;
+
+// The tier shared by every serving instance (DESIGN §8a), in a store such as Redis
+// (hybridkv/shared_store.h: open_redis_store). Committed full blocks and their SSM snapshots are
+// published to it in the background (a step never waits for the store); fetch_shared() brings a
+// prompt's blocks from it into the local tree as far as the hybrid rule allows: the KV chain
+// complete and a snapshot at its end for every recurrent group.
+struct SharedTierConfig {
+  std::shared_ptr<SharedStore> store;  // null: no shared tier
+  std::string model_id;                // names the model and weights: part of every key
+  uint32_t rank = 0;                   // tensor-parallel rank: each rank shares its own slice
+  uint32_t max_queued_objects = 4096;  // objects waiting to be written; more are dropped
+  uint32_t max_lookup_blocks = 1024;   // blocks of a prompt looked up in the store at most
+  // A fetch that would take longer than computing its tokens is skipped: the engine's prefill
+  // rate (tokens per second; 0: never skip) against the store's rate (bytes per second;
+  // bench/shared_store_bench measures it: about 1.5e9 on loopback, 2 vCPUs).
+  double prefill_tokens_per_s = 0;
+  double fetch_bytes_per_s = 1.5e9;
+};
+
 struct ManagerConfig {
   // --- model ---
   uint32_t tokens_per_block = 32;  // tokens per attention page
@@ -159,6 +180,9 @@ struct ManagerConfig {
   std::optional<std::vector<double>> pool_ratio;  // one byte share per pool group
   std::optional<BatchShape> typical_step;         // the step the pools are shaped for
   std::vector<BatchShape> constraints;            // batches that must always fit on the GPU
+
+  // --- the shared tier (off unless shared.redis is set) ---
+  SharedTierConfig shared;
 };
 
 // The batch used to shape pools when no ratio, typical step or constraint is given:

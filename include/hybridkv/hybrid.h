@@ -81,6 +81,7 @@ struct ServingConfig {
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype (reduced precision)
   bool record_events = false;           // ManagerConfig::record_events (tree events)
   SnapshotPolicy snapshots;
+  SharedTierConfig shared;  // ManagerConfig::shared (the tier shared by serving instances)
 };
 
 // N = max_batch x pp_size x (2 with overlap scheduling or disaggregation) + dummy_slots + 1.

@@ -20,6 +20,7 @@
 #include "hybridkv/memory.h"
 #include "hybridkv/plan.h"
 #include "hybridkv/reuse.h"
+#include "hybridkv/shared_store.h"
 #include "hybridkv/stats.h"
 
 namespace hybridkv {
@@ -102,6 +103,18 @@ class KvCacheManager {
   Result<bool> adjust();
   // Refused (kFailedPrecondition) while caches are open.
   [[nodiscard]] Status shutdown();
+
+  // --- the shared tier (ManagerConfig::shared; kFailedPrecondition without one) ---
+  // Brings the prompt's blocks that the local tree lacks from the store into it, as far as the
+  // hybrid rule allows (the KV chain complete and a snapshot at its end for every recurrent
+  // group), onto the first tier below the GPU the CPU reaches (else the GPU); call it before
+  // create() so that the match finds them. The store's round trips run outside the manager's
+  // lock; a store that fails or holds a corrupt object (deleted) costs a miss, never a wrong
+  // byte. kOutOfPages when that tier has no room for the fetched pages (nothing changed).
+  Result<SharedFetch> fetch_shared(const ReuseScope& scope, std::span<const int32_t> tokens);
+  SharedTierStats shared_stats() const;
+  // Returns once every committed object queued for the store has been written (or failed).
+  void flush_shared();
 
   // Blocks until every copy up to `event` has completed.
   void wait(CopyEvent event);

@@ -38,6 +38,33 @@ struct StoreStats {
   uint64_t slot_refreshes = 0;  // cluster: slot maps read (CLUSTER SLOTS)
 };
 
+// What a manager's shared tier did (KvCacheManager::shared_stats).
+struct SharedTierStats {
+  uint64_t objects_published = 0;  // written by this manager
+  uint64_t objects_present = 0;    // already there (written once: another instance was first)
+  uint64_t objects_dropped = 0;    // the queue was full: not written
+  uint64_t publish_failures = 0;   // the store did not answer
+  uint64_t bytes_published = 0;
+  uint64_t fetches = 0;     // fetch_shared calls
+  uint64_t hit_tokens = 0;  // tokens the fetches brought into the tree
+  uint64_t objects_fetched = 0;
+  uint64_t bytes_fetched = 0;
+  uint64_t objects_corrupt = 0;  // failed their checks: deleted, a miss
+  uint64_t store_failures = 0;   // lookups and gets the store did not answer: misses
+  uint64_t fetches_skipped = 0;  // slower than recomputing (prefill_tokens_per_s)
+};
+
+// What one fetch_shared call found.
+struct SharedFetch {
+  uint64_t local_tokens = 0;  // tokens of the prompt the local tree already could serve
+  uint64_t hit_tokens = 0;    // tokens the local tree can serve now (local + fetched)
+  uint64_t objects_fetched = 0;
+  uint64_t bytes_fetched = 0;
+  uint64_t objects_corrupt = 0;
+  uint64_t store_failures = 0;
+  bool skipped = false;  // the hit's bytes would take longer to fetch than to recompute
+};
+
 class SharedStore {
  public:
   virtual ~SharedStore() = default;

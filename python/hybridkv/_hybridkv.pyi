@@ -256,6 +256,19 @@ class HybridCacheManager:
         NaN/Inf by declared dtype in one request's pages, or every living cache's: dicts of layer, role, slot, element and request_id.
         """
 
+    def fetch_shared(self, tokens: Sequence[int]) -> dict:
+        """
+        Brings the prompt's blocks the local tree lacks from the shared tier (config shared), as far as the hybrid rule allows; call it before creating the request. A dict (SharedFetch: local_tokens, hit_tokens, objects_fetched, ...).
+        """
+
+    def shared_stats(self) -> dict:
+        """The shared tier's counters (SharedTierStats) as a dict."""
+
+    def flush_shared(self) -> None:
+        """
+        Returns once every committed object queued for the shared tier has been written.
+        """
+
     def take_events(self) -> list:
         """
         The tree's changes since the last call (ManagerConfig.record_events): dicts with kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier and priority.
@@ -370,6 +383,19 @@ class KvCache:
 
 class KvCacheManager:
     """The general manager (manager.h)."""
+
+    def fetch_shared(self, tokens: Sequence[int]) -> dict:
+        """
+        Brings the prompt's blocks the local tree lacks from the shared tier (config shared), as far as the hybrid rule allows; call it before creating the request. A dict (SharedFetch: local_tokens, hit_tokens, objects_fetched, ...).
+        """
+
+    def shared_stats(self) -> dict:
+        """The shared tier's counters (SharedTierStats) as a dict."""
+
+    def flush_shared(self) -> None:
+        """
+        Returns once every committed object queued for the shared tier has been written.
+        """
 
     def take_events(self) -> list:
         """
@@ -562,6 +588,12 @@ class ManagerConfig:
 
     @constraints.setter
     def constraints(self, arg: Sequence[BatchShape], /) -> None: ...
+
+    @property
+    def shared(self) -> SharedTierConfig: ...
+
+    @shared.setter
+    def shared(self, arg: SharedTierConfig, /) -> None: ...
 
 class ModelDescription:
     """A model's cache layers (read_model_config)."""
@@ -794,6 +826,12 @@ class ServingConfig:
     def policies(self, arg: PolicyConfig, /) -> None: ...
 
     @property
+    def shared(self) -> SharedTierConfig: ...
+
+    @shared.setter
+    def shared(self, arg: SharedTierConfig, /) -> None: ...
+
+    @property
     def snapshot_dtype(self) -> DType | None: ...
 
     @snapshot_dtype.setter
@@ -810,6 +848,63 @@ class ServingConfig:
 
     @snapshots.setter
     def snapshots(self, arg: SnapshotPolicy, /) -> None: ...
+
+class SharedStore:
+    """A store shared by serving instances (shared_store.h)."""
+
+    def ping(self) -> None:
+        """Raises when the store does not answer (the message names the address)."""
+
+class SharedTierConfig:
+    """The shared tier (config.h)."""
+
+    @overload
+    def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, **kwargs) -> None: ...
+
+    @property
+    def store(self) -> SharedStore: ...
+
+    @store.setter
+    def store(self, arg: SharedStore, /) -> None: ...
+
+    @property
+    def model_id(self) -> str: ...
+
+    @model_id.setter
+    def model_id(self, arg: str, /) -> None: ...
+
+    @property
+    def rank(self) -> int: ...
+
+    @rank.setter
+    def rank(self, arg: int, /) -> None: ...
+
+    @property
+    def max_queued_objects(self) -> int: ...
+
+    @max_queued_objects.setter
+    def max_queued_objects(self, arg: int, /) -> None: ...
+
+    @property
+    def max_lookup_blocks(self) -> int: ...
+
+    @max_lookup_blocks.setter
+    def max_lookup_blocks(self, arg: int, /) -> None: ...
+
+    @property
+    def prefill_tokens_per_s(self) -> float: ...
+
+    @prefill_tokens_per_s.setter
+    def prefill_tokens_per_s(self, arg: float, /) -> None: ...
+
+    @property
+    def fetch_bytes_per_s(self) -> float: ...
+
+    @fetch_bytes_per_s.setter
+    def fetch_bytes_per_s(self, arg: float, /) -> None: ...
 
 class SnapshotPolicy:
     """Where SSM snapshots are taken."""
@@ -934,6 +1029,11 @@ class TierKind(enum.Enum):
     HOST = 1
 
     DISK = 2
+
+def open_redis_store(host: str = '127.0.0.1', port: int = 6379, cluster: bool = False, timeout_ms: int = 250) -> SharedStore:
+    """
+    A Redis server (or, with cluster, a Redis Cluster node) as the shared tier's store; it need not be up yet (calls miss until it is).
+    """
 
 def plan_json(model: ModelDescription, serving: ServingConfig) -> str:
     """The storage plan as `hybridkv plan --json` prints it (a string)."""

@@ -143,6 +143,7 @@ void bind_configs(nb::module_& m) {
       .def_rw("typical_len", &ServingConfig::typical_len)
       .def_rw("max_seq_len", &ServingConfig::max_seq_len)
       .def_rw("policies", &ServingConfig::policies)
+      .def_rw("shared", &ServingConfig::shared)
       .def_rw("snapshot_dtype", &ServingConfig::snapshot_dtype)
       .def_rw("record_events", &ServingConfig::record_events)
       .def_rw("snapshots", &ServingConfig::snapshots);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hybridkv/reuse.h"
+#include "hybridkv/shared_store.h"
 #include "hybridkv/stats.h"
 
 namespace hybridkv::python {

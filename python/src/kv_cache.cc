@@ -3,9 +3,12 @@
 // call that takes the manager's lock releases the GIL; the C++ objects are thread-safe.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
+
+#include <chrono>
 
 #include "arrays.h"
 #include "bindings.h"
@@ -76,7 +79,46 @@ void bind_layer_configs(nb::module_& m) {
       .def_rw("swa_scratch_reuse", &ManagerConfig::swa_scratch_reuse)
       .def_rw("max_rewind_len", &ManagerConfig::max_rewind_len)
       .def_rw("typical_step", &ManagerConfig::typical_step)
-      .def_rw("constraints", &ManagerConfig::constraints);
+      .def_rw("constraints", &ManagerConfig::constraints)
+      .def_rw("shared", &ManagerConfig::shared);
+}
+
+// The shared tier: an opaque store handle (open_redis_store) and its config.
+void bind_shared_tier(nb::module_& m) {
+  nb::class_<SharedStore>(m, "SharedStore", "A store shared by serving instances (shared_store.h).")
+      .def(
+          "ping", [](SharedStore& s) { raise_if_error(s.ping()); }, Release(),
+          "Raises when the store does not answer (the message names the address).");
+  m.def(
+      "open_redis_store",
+      [](const std::string& host, uint16_t port, bool cluster,
+         uint32_t timeout_ms) -> std::shared_ptr<SharedStore> {
+#ifdef HKV_PY_HAVE_REDIS
+        RedisStoreConfig c;
+        c.host = host;
+        c.port = port;
+        c.cluster = cluster;
+        c.timeout = std::chrono::milliseconds(timeout_ms);
+        return std::shared_ptr<SharedStore>(value_or_raise(open_redis_store(c)).release());
+#else
+        (void)host, (void)port, (void)cluster, (void)timeout_ms;
+        raise_if_error(Status(StatusCode::kFailedPrecondition,
+                              "open_redis_store: built without hiredis (libhiredis-dev)"));
+        return nullptr;
+#endif
+      },
+      "host"_a = "127.0.0.1", "port"_a = 6379, "cluster"_a = false, "timeout_ms"_a = 250,
+      "A Redis server (or, with cluster, a Redis Cluster node) as the shared tier's store; it "
+      "need not be up yet (calls miss until it is).");
+  nb::class_<SharedTierConfig> shared(m, "SharedTierConfig", "The shared tier (config.h).");
+  kw_init(shared);
+  shared.def_rw("store", &SharedTierConfig::store)
+      .def_rw("model_id", &SharedTierConfig::model_id)
+      .def_rw("rank", &SharedTierConfig::rank)
+      .def_rw("max_queued_objects", &SharedTierConfig::max_queued_objects)
+      .def_rw("max_lookup_blocks", &SharedTierConfig::max_lookup_blocks)
+      .def_rw("prefill_tokens_per_s", &SharedTierConfig::prefill_tokens_per_s)
+      .def_rw("fetch_bytes_per_s", &SharedTierConfig::fetch_bytes_per_s);
 }
 
 std::vector<int32_t> table_copy(const KvCache& c, uint32_t group, uint32_t beam) {
@@ -200,6 +242,7 @@ void bind_kv_cache_manager(nb::module_& m) {
 }  // namespace
 
 void bind_kv_cache(nb::module_& m) {
+  bind_shared_tier(m);
   bind_layer_configs(m);
   bind_cache(m);
   bind_kv_cache_manager(m);

@@ -73,6 +73,8 @@ nb::list storage_to_python(const StorageStats& stats) {
 nb::dict iteration_stats_to_python(const IterationStats& s) { return to_py(s); }
 
 nb::dict reuse_stats_to_python(const ReuseStats& s) { return to_py(s); }
+nb::dict shared_fetch_to_python(const SharedFetch& f) { return to_py(f); }
+nb::dict shared_stats_to_python(const SharedTierStats& s) { return to_py(s); }
 
 std::optional<std::string> copy_error(const KvCacheManager& m) {
   const Status s = m.copy_status();

@@ -19,6 +19,8 @@ nanobind::list events_to_python(const std::vector<CacheEvent>& events);
 nanobind::list storage_to_python(const StorageStats& stats);
 nanobind::dict iteration_stats_to_python(const IterationStats& stats);
 nanobind::dict reuse_stats_to_python(const ReuseStats& stats);
+nanobind::dict shared_fetch_to_python(const SharedFetch& fetch);
+nanobind::dict shared_stats_to_python(const SharedTierStats& stats);
 std::optional<std::string> copy_error(const KvCacheManager& manager);
 
 // `get(self)` returns the KvCacheManager& (itself thread-safe: no Python-side lock needed).
@@ -28,18 +30,38 @@ void bind_manager_calls(nanobind::class_<Cls>& cls, Get get) {
   using namespace nb::literals;
   using Release = nb::call_guard<nb::gil_scoped_release>;
   cls.def(
-         "take_events",
-         [get](Cls& self) {
-           std::vector<CacheEvent> events;
-           {
+         "fetch_shared",
+         [get](Cls& self, std::vector<int32_t> tokens) {
+           Result<SharedFetch> f = [&] {
              nb::gil_scoped_release release;
-             events = get(self).take_events();
-           }
-           return events_to_python(events);
+             return get(self).fetch_shared({}, tokens);
+           }();
+           return shared_fetch_to_python(value_or_raise(std::move(f)));
          },
-         "The tree's changes since the last call (ManagerConfig.record_events): dicts with "
-         "kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier "
-         "and priority.")
+         "tokens"_a,
+         "Brings the prompt's blocks the local tree lacks from the shared tier (config shared), as "
+         "far as the hybrid rule allows; call it before creating the request. A dict "
+         "(SharedFetch: local_tokens, hit_tokens, objects_fetched, ...).")
+      .def(
+          "shared_stats",
+          [get](Cls& self) { return shared_stats_to_python(get(self).shared_stats()); },
+          "The shared tier's counters (SharedTierStats) as a dict.")
+      .def(
+          "flush_shared", [get](Cls& self) { get(self).flush_shared(); }, Release(),
+          "Returns once every committed object queued for the shared tier has been written.")
+      .def(
+          "take_events",
+          [get](Cls& self) {
+            std::vector<CacheEvent> events;
+            {
+              nb::gil_scoped_release release;
+              events = get(self).take_events();
+            }
+            return events_to_python(events);
+          },
+          "The tree's changes since the last call (ManagerConfig.record_events): dicts with "
+          "kind ('stored', 'removed', 'updated'), key and parent_key (hex), tokens, group, tier "
+          "and priority.")
       .def(
           "take_iteration_stats",
           [get](Cls& self) {

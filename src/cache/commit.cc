@@ -83,18 +83,21 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
     rec.commit_parent = index_.root(rec.scope);
     index_.pin(rec.commit_parent);
   }
+  std::vector<NodeId> blocks;  // the full blocks committed (for the shared tier)
   for (uint64_t b = c / tpb; (b + 1) * tpb <= e; ++b) {
     commit_full_block(rec, b);
     release_held(rec, b + 1);
+    blocks.push_back(rec.commit_parent);
   }
   const NodeId end_node =
       tail ? commit_tail(rec, e, is_end) : (e % tpb == 0 ? rec.commit_parent : kNoNode);
-  if (snapshot && end_node != kNoNode && index_.node_tokens(end_node) > 0)
-    commit_snapshots(rec, end_node, is_end);
+  const bool snapshots = snapshot && end_node != kNoNode && index_.node_tokens(end_node) > 0;
+  if (snapshots) commit_snapshots(rec, end_node, is_end);
   rec.committed = e;
   // The commit that covers the step ends the scratch slots' use.
   if (rec.scratch_boundary != 0 && e >= rec.scratch_boundary) release_scratch(rec);
   rec.note_ready(storage_.flush());
+  share_commit(blocks, snapshots ? end_node : kNoNode);
   if (is_end) (void)stop_committing_locked(id);
   after_mutation();
   return Status::ok();

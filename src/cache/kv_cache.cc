@@ -154,6 +154,12 @@ Status KvCacheManager::set_quota(TierKind tier, uint64_t quota_bytes) {
 }
 IterationStats KvCacheManager::take_iteration_stats() { return core_->take_iteration_stats(); }
 StorageStats KvCacheManager::storage_stats() const { return core_->storage_stats(); }
+Result<SharedFetch> KvCacheManager::fetch_shared(const ReuseScope& scope,
+                                                 std::span<const int32_t> tokens) {
+  return core_->fetch_shared(scope, tokens);
+}
+SharedTierStats KvCacheManager::shared_stats() const { return core_->shared_stats(); }
+void KvCacheManager::flush_shared() { core_->flush_shared(); }
 
 uint64_t KvCacheManager::clamp_max_seq_len_for_mem(uint64_t max_seq_len) const {
   const std::optional<uint64_t> longest = core_->plan().max_request_tokens();

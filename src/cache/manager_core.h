@@ -7,8 +7,10 @@
 // Handles are shared owners (a KvCache keeps the core alive after its manager is gone).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -17,6 +19,7 @@
 
 #include "cache/cache_record.h"
 #include "cache/rebalance_policy.h"
+#include "cache/shared_tier.h"
 #include "hybridkv/manager.h"
 #include "memory/backend.h"
 #include "prefix/prefix_index.h"
@@ -104,6 +107,10 @@ class ManagerCore {
   Result<bool> adjust();
   StorageStats storage_stats() const;
   Status shutdown();
+  // The shared tier (shared_fetch.cc; kFailedPrecondition without one).
+  Result<SharedFetch> fetch_shared(const ReuseScope& scope, std::span<const int32_t> tokens);
+  SharedTierStats shared_stats() const;
+  void flush_shared();
 
   // Every invariant of slots, pages, queues, tree and caches (empty when all hold), and the
   // whole metadata state for before/after equality. The testing library exposes both.
@@ -226,6 +233,26 @@ class ManagerCore {
   void move_commit_parent(CacheRecord& rec, prefix::NodeId next);
   Status stop_committing_locked(uint32_t id);
 
+  // shared_io.cc, shared_fetch.cc
+  bool has_recurrent_groups() const;
+  // Per page, the transfers between its slot (every pool) and a region of `staging` (resized
+  // to hold them all); none for a page whose memory the CPU cannot reach (DISK).
+  std::vector<std::pair<PageId, std::vector<PoolTransfer>>> page_transfers(
+      std::span<const PageId> pages, std::vector<std::byte>& staging) const;
+  void share_commit(const std::vector<prefix::NodeId>& blocks, prefix::NodeId snapshot);
+  static SharedObjectKind kind_of(const CacheGroup& g);
+  template <typename Have>
+  uint64_t shared_hit_blocks(uint64_t blocks, Have&& have) const;
+  void get_shared(const std::vector<SharedBlock>& need, const std::vector<BlockKey>& keys,
+                  std::span<const int32_t> tokens, std::set<SharedBlock>& present,
+                  std::map<SharedBlock, std::vector<std::byte>>& fetched, SharedFetch& out) const;
+  Status adopt_shared(const ReuseScope& scope, std::span<const int32_t> tokens,
+                      const std::vector<BlockKey>& keys, uint64_t hit,
+                      std::map<SharedBlock, std::vector<std::byte>>& fetched, SharedFetch& out);
+  void place_shared(const ReuseScope& scope, std::span<const int32_t> tokens, uint64_t hit,
+                    storage::TierIndex tier, const std::vector<const SharedBlock*>& todo,
+                    std::map<SharedBlock, std::vector<std::byte>>& fetched);
+
   mutable std::shared_mutex mu_;  // guards everything below; plan_ and backend_ are immutable
   const StoragePlan plan_;
   const std::unique_ptr<memory::MemoryBackend> backend_;
@@ -245,6 +272,7 @@ class ManagerCore {
   const std::vector<bool> rebalanced_;
   const RebalancePolicy* const rebalancer_;     // nullptr: rebalancing off
   mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
+  std::unique_ptr<SharedTier> shared_;          // null: no shared tier (ManagerConfig::shared)
 };
 
 template <typename Fn>

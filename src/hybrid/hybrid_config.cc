@@ -190,6 +190,7 @@ Result<ManagerConfig> hybrid_manager_config(const ModelDescription& model, const
   c.policies = s.policies;
   c.snapshot_dtype = s.snapshot_dtype;
   c.record_events = s.record_events;
+  c.shared = s.shared;
   c.commit_min_snapshot = true;  // snapshot points need not be block-aligned
   c.typical_step =
       BatchShape{std::vector<RequestShape>(s.max_batch,

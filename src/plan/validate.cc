@@ -209,6 +209,19 @@ void check_knobs(const ManagerConfig& c, Errors& errors) {
 
 }  // namespace
 
+static void check_shared(const SharedTierConfig& s, Errors& errors) {
+  if (s.store == nullptr) return;
+  if (s.model_id.empty())
+    errors.add("shared.model_id must name the model when shared.store is set");
+  if (s.max_lookup_blocks == 0) errors.add("shared.max_lookup_blocks 0 must be > 0");
+  if (!(s.prefill_tokens_per_s >= 0)) {
+    errors.add("shared.prefill_tokens_per_s ", s.prefill_tokens_per_s, " must be >= 0");
+  }
+  if (!(s.fetch_bytes_per_s > 0)) {
+    errors.add("shared.fetch_bytes_per_s ", s.fetch_bytes_per_s, " must be > 0");
+  }
+}
+
 std::vector<std::string> config_errors(const ManagerConfig& c) {
   Errors errors;
   if (c.tokens_per_block == 0) {
@@ -222,6 +235,7 @@ std::vector<std::string> config_errors(const ManagerConfig& c) {
   check_layers(c, errors);
   check_tiers(c, errors);
   check_knobs(c, errors);
+  check_shared(c.shared, errors);
   return errors.take();
 }
 

@@ -75,6 +75,11 @@ class PrefixIndex final : public storage::PageOwner {
   // full: tokens_per_block tokens, else a partial leaf (never rebased).
   NodeId block_node(NodeId parent, std::span<const int32_t> tokens, uint64_t begin,
                     std::span<const MultimodalItem> multimodal, bool full);
+  // Whether the node's KV pages were sent to the shared tier; marks them sent.
+  bool shared(NodeId node) const { return tree_.node(node).shared; }
+  void mark_shared(NodeId node) { tree_.node(node).shared = true; }
+  // The node of a block key, or kNoNode.
+  NodeId find(const BlockKey& key) const { return tree_.find(key); }
   // Offers a cache's page for a block (deduplication: see OfferResult).
   Offer offer(NodeId node, CacheGroupId group, storage::PageId own, uint32_t coverage);
   // The index keeps `page` for (node, group). Requires: the node holds no page of the group.

@@ -83,6 +83,7 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
   n.live = true;
   n.demanded = false;
   n.snapshot_dropped = false;
+  n.shared = false;
   n.resumable = 0;
   n.kv_below = 0;
   for (NodePage& p : pages(id)) p = NodePage{};

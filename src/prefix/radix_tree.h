@@ -41,6 +41,8 @@ struct Node {
   // A snapshot of an SSM group left this node (evicted or released) and none came back since:
   // matches report the tokens it would have added (ReuseMatch::dropped_snapshot_tokens).
   bool snapshot_dropped = false;
+  // The node's KV pages were sent to the shared tier (cache/shared_io.cc).
+  bool shared = false;
   // Snapshot-aware eviction (worth.cc): 1 for a snapshot of the index's resume group at this
   // node, plus 1 per child whose count is not 0. Zero: no request can resume at or below the
   // node, so its KV is worth nothing to a hybrid model.

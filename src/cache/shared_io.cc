@@ -1,0 +1,111 @@
+// The shared tier's publishing side (DESIGN §8a): what a commit sends, and the bytes of a page.
+//
+// What is worth sharing: for a hybrid model, KV is worth something to another instance only up
+// to a snapshot it can resume from, so a commit that publishes a snapshot at a full block sends
+// it and the KV chain above it (every node up to the first one already sent); KV committed
+// without a snapshot waits for one. An attention-only model sends every full block it commits.
+// Partial blocks are never sent (another instance's prompt rarely ends at the same token).
+#include "cache/manager_core.h"
+#include "cache/shared_tier.h"
+
+namespace hybridkv::cache_detail {
+
+using prefix::kNoNode;
+using prefix::NodeId;
+
+namespace {
+bool publishable(const CacheGroup& g) { return g.policy != ReusePolicy::kPrivate; }
+}  // namespace
+
+bool ManagerCore::has_recurrent_groups() const {
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (publishable(g) && g.kind == GroupKind::kSsm) return true;
+  }
+  return false;
+}
+
+std::vector<std::pair<PageId, std::vector<PoolTransfer>>> ManagerCore::page_transfers(
+    std::span<const PageId> pages, std::vector<std::byte>& staging) const {
+  uint64_t total = 0;
+  for (PageId pid : pages) total += plan_.pool_group(storage_.page(pid).pool_group).slot_bytes;
+  staging.assign(total, std::byte{0});
+  std::vector<std::pair<PageId, std::vector<PoolTransfer>>> out;
+  uint64_t at = 0;
+  for (PageId pid : pages) {
+    const storage::Page& p = storage_.page(pid);
+    const PoolGroup& pg = plan_.pool_group(p.pool_group);
+    std::vector<PoolTransfer> t;
+    for (uint32_t k = 0; k < pg.pools.size(); ++k) {
+      std::byte* base = backend_->pool_base(p.tier, p.pool_group, k);
+      if (base == nullptr) {  // not in memory (a DISK page, or no bytes at all)
+        t.clear();
+        break;
+      }
+      t.push_back({base + p.slot.value * pg.pools[k].slot_bytes, staging.data() + at,
+                   pg.pools[k].slot_bytes});
+      at += pg.pools[k].slot_bytes;
+    }
+    out.emplace_back(pid, std::move(t));
+  }
+  return out;
+}
+
+// Requires mu_ (exclusive). `blocks`: full nodes this commit published KV at; `snapshot`: the
+// node it published snapshots at (kNoNode: none).
+void ManagerCore::share_commit(const std::vector<NodeId>& blocks, NodeId snapshot) {
+  if (!shared_) return;
+  const prefix::RadixTree& tree = index_.tree();
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  std::vector<std::pair<NodeId, CacheGroupId>> send;
+  auto send_kv = [&](NodeId n) {
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      if (publishable(g) && g.kind == GroupKind::kAttention && index_.holds(n, g.id))
+        send.push_back({n, g.id});
+    }
+    index_.mark_shared(n);
+  };
+  if (!has_recurrent_groups()) {
+    for (NodeId n : blocks) {
+      if (!index_.shared(n)) send_kv(n);
+    }
+  } else if (snapshot != kNoNode && tree.node(snapshot).full &&
+             tree.node(snapshot).tokens.size() == tpb) {
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      if (publishable(g) && g.kind == GroupKind::kSsm && index_.holds(snapshot, g.id))
+        send.push_back({snapshot, g.id});
+    }
+    for (NodeId n = snapshot; n != kNoNode && tree.node(n).parent != kNoNode && !index_.shared(n);
+         n = tree.node(n).parent) {
+      send_kv(n);
+    }
+  }
+  if (send.empty()) return;
+  std::vector<PageId> pages;
+  CopyEvent latest;
+  for (const auto& [n, g] : send) {
+    pages.push_back(tree.pages(n)[g.value].page);
+    const CopyEvent ready = storage_.page(pages.back()).ready;
+    if (ready.ticket > latest.ticket) latest = ready;
+  }
+  backend_->wait(latest);  // the snapshot copies this commit queued (host memory: short)
+  std::vector<std::byte> staging;
+  const auto transfers = page_transfers(pages, staging);
+  std::vector<PoolTransfer> all;
+  for (const auto& [pid, t] : transfers) all.insert(all.end(), t.begin(), t.end());
+  backend_->read_many(all);
+  std::vector<SharedTier::Object> objects;
+  for (size_t i = 0; i < send.size(); ++i) {
+    const auto& [pid, t] = transfers[i];
+    if (t.empty()) continue;
+    const auto [n, g] = send[i];
+    const bool ssm = plan_.cache_group(g).kind == GroupKind::kSsm;
+    const SharedObjectKind kind = ssm ? SharedObjectKind::kSnapshot : SharedObjectKind::kKvBlock;
+    const std::span<const std::byte> payload(
+        t.front().host, plan_.pool_group(storage_.page(pid).pool_group).slot_bytes);
+    objects.push_back({shared_->key(kind, g, tree.node(n).key),
+                       encode_shared_object(shared_->header(kind, tree.node(n).tokens), payload)});
+  }
+  shared_->publish(std::move(objects));
+}
+
+}  // namespace hybridkv::cache_detail

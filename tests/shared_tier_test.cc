@@ -1,0 +1,269 @@
+// The shared tier through the managers (issue 33 items 2-6): managers on one real redis-server
+// (started on a loopback port) publish committed blocks and snapshots, and another manager (in
+// this process or another one) fetches them; the fake engine checks every fetched page byte for
+// byte. The hybrid rule (KV without its state is a miss), a block missing from the middle of a
+// chain, a corrupted object and a dead store each leave the hit where they must and serve no
+// wrong byte.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "cache/shared_tier.h"
+#include "hybridkv/shared_object.h"
+#include "lifecycle_fixture.h"
+#include "prefix/block_hash.h"
+#include "redis_server.h"
+
+namespace hybridkv {
+namespace {
+
+using testing::LifecycleModel;
+using testing::make_request;
+using testing::RedisServer;
+using testing::Request;
+
+constexpr uint32_t kTpb = 16;
+constexpr CacheGroupId kSsm(0), kFull(2);
+
+class SharedTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = RedisServer::start();
+    if (!server_) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
+    store_ = std::shared_ptr<SharedStore>(open_redis_store(server_->config()).value().release());
+  }
+
+  ManagerConfig config() const {
+    LifecycleModel m;
+    m.host_quota = 8ull << 20;
+    ManagerConfig c = testing::lifecycle_config(m);
+    c.shared.store = store_;
+    c.shared.model_id = "lifecycle-test";
+    return c;
+  }
+  std::unique_ptr<KvCacheManager> manager() const {
+    return std::move(KvCacheManager::create(config(), {BackendKind::kHost})).value();
+  }
+
+  // One instance serves `tokens[0, end)` committing at each of `commits` (snapshots there).
+  static Status serve(KvCacheManager& m, const std::vector<int32_t>& tokens,
+                      const std::vector<uint64_t>& commits) {
+    testing::FakeEngine engine(m);
+    Request r = make_request(m, tokens, commits.back());
+    if (Status s = r.cache->resume({}); !s) return s;
+    for (uint64_t at : commits) {
+      if (Status s = testing::advance(engine, r, at); !s) return s;
+      if (Status s = testing::commit_computed(r); !s) return s;
+    }
+    if (Status s = r.cache->close(); !s) return s;
+    m.flush_shared();
+    return Status::ok();
+  }
+
+  // Another instance fetches the prompt, creates its request and checks every reused page.
+  static uint64_t fetch_and_verify(KvCacheManager& m, const std::vector<int32_t>& tokens,
+                                   SharedFetch* fetch = nullptr) {
+    Result<SharedFetch> f = m.fetch_shared({}, std::span(tokens).first(250));
+    EXPECT_TRUE(f.is_ok()) << f.status().to_string();
+    if (fetch != nullptr && f.is_ok()) *fetch = *f;
+    testing::FakeEngine engine(m);
+    Request r = make_request(m, tokens, 250);
+    const uint64_t reused = r.cache->reuse_match().reused_tokens;
+    EXPECT_EQ(reused, f.is_ok() ? f->hit_tokens : 0);
+    EXPECT_TRUE(r.cache->resume({}).is_ok());
+    const Status v = engine.verify(*r.cache, r.fake);
+    EXPECT_TRUE(v.is_ok()) << v.to_string();
+    EXPECT_TRUE(testing::advance(engine, r, 300).is_ok());  // and it computes on from there
+    EXPECT_EQ(testing::check_invariants(m), "");
+    return reused;
+  }
+
+  // The store key of block `b` of `group` of `tokens` (what every instance computes).
+  std::string key(const std::vector<int32_t>& tokens, uint64_t b, CacheGroupId group) const {
+    const Result<StoragePlan> plan = StoragePlan::build(config());
+    prefix::BlockHasher hasher(BlockHash::kSha256);
+    BlockKey chain = hasher.root({});
+    for (uint64_t i = 0; i <= b; ++i)
+      chain = hasher.key(chain, std::span(tokens).subspan(i * kTpb, kTpb));
+    uint64_t digest = 0;
+    std::memcpy(&digest, chain.data(), sizeof digest);
+    const SharedObjectKind kind =
+        group == kSsm ? SharedObjectKind::kSnapshot : SharedObjectKind::kKvBlock;
+    return shared_object_key(cache_detail::layout_fingerprint(*plan, "lifecycle-test"), 0, kind,
+                             group.value, digest);
+  }
+
+  std::mt19937_64 rng_{33};
+  std::unique_ptr<RedisServer> server_;
+  std::shared_ptr<SharedStore> store_;
+};
+
+TEST_F(SharedTierTest, AnotherInstanceFetchesAPrefixByteExact) {
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  auto a = manager();
+  ASSERT_OK(serve(*a, tokens, {96, 192}));
+  const SharedTierStats published = a->shared_stats();
+  EXPECT_GE(published.objects_published, 12u + 2u);  // 12 full-attention blocks, 2 snapshots
+  EXPECT_EQ(published.publish_failures, 0u);
+
+  auto b = manager();  // a second instance: nothing local
+  SharedFetch f;
+  EXPECT_EQ(fetch_and_verify(*b, tokens, &f), 192u);
+  EXPECT_EQ(f.local_tokens, 0u);
+  EXPECT_EQ(f.hit_tokens, 192u);
+  EXPECT_GT(f.objects_fetched, 12u);
+  EXPECT_EQ(f.objects_corrupt, 0u);
+  // Fetching again finds everything local: nothing moves.
+  const Result<SharedFetch> again = b->fetch_shared({}, std::span(tokens).first(250));
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->local_tokens, 192u);
+  EXPECT_EQ(again->objects_fetched, 0u);
+}
+
+// KV without its state is a miss: with the snapshots gone, the complete KV chain is no hit;
+// with only the last one gone, the hit ends at the earlier one.
+TEST_F(SharedTierTest, KvWithoutASnapshotAtItsEndIsAMiss) {
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  auto a = manager();
+  ASSERT_OK(serve(*a, tokens, {96, 192}));
+  const std::vector<std::string> last = {key(tokens, 11, kSsm)};
+  ASSERT_EQ(store_->remove(last).front(), StoreOutcome::kOk);
+  auto b = manager();
+  EXPECT_EQ(fetch_and_verify(*b, tokens), 96u);
+
+  const std::vector<std::string> first = {key(tokens, 5, kSsm)};
+  ASSERT_EQ(store_->remove(first).front(), StoreOutcome::kOk);
+  auto c = manager();
+  SharedFetch f;
+  EXPECT_EQ(fetch_and_verify(*c, tokens, &f), 0u);
+  EXPECT_EQ(f.objects_fetched, 0u);  // nothing is fetched for a miss
+}
+
+// A block evicted from the middle of a chain: the hit stops before it (at the last snapshot
+// before the gap).
+TEST_F(SharedTierTest, ABlockMissingFromTheMiddleOfAChainStopsTheHitBeforeIt) {
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  auto a = manager();
+  ASSERT_OK(serve(*a, tokens, {96, 192}));
+  const std::vector<std::string> gap = {key(tokens, 8, kFull)};
+  ASSERT_EQ(store_->remove(gap).front(), StoreOutcome::kOk);
+  auto b = manager();
+  EXPECT_EQ(fetch_and_verify(*b, tokens), 96u);
+}
+
+// Fault: a corrupted object (one payload byte changed in the store) fails its checksum: it is
+// counted, deleted, and the hit stops before its block; no wrong byte is served.
+TEST_F(SharedTierTest, ACorruptedObjectIsCountedDeletedAndAMiss) {
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  auto a = manager();
+  ASSERT_OK(serve(*a, tokens, {96, 192}));
+  const std::string bad = key(tokens, 9, kFull);
+  const std::string cmd =
+      "redis-cli -p " + std::to_string(server_->port()) + " setrange " + bad + " 100 X > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  auto b = manager();
+  SharedFetch f;
+  EXPECT_EQ(fetch_and_verify(*b, tokens, &f), 96u);
+  EXPECT_EQ(f.objects_corrupt, 1u);
+  EXPECT_EQ(b->shared_stats().objects_corrupt, 1u);
+  EXPECT_EQ(store_->exists(std::vector<std::string>{bad}).front(), StoreOutcome::kMissing);
+}
+
+// Fault: the store is killed. Commits publish without waiting (failures counted), a fetch is a
+// miss within the timeout, and the request computes from scratch; after a restart (empty: no
+// persistence) publishing works again.
+TEST_F(SharedTierTest, ADeadStoreCostsMissesNeverAStall) {
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  auto a = manager();
+  server_->kill();
+  const auto t = std::chrono::steady_clock::now();
+  ASSERT_OK(serve(*a, tokens, {96, 192}));
+  auto b = manager();
+  SharedFetch f;
+  EXPECT_EQ(fetch_and_verify(*b, tokens, &f), 0u);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(), 5.0);
+  EXPECT_GT(a->shared_stats().publish_failures, 0u);
+  EXPECT_GT(f.store_failures, 0u);
+  ASSERT_TRUE(server_->restart());
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past the reconnect backoff
+  auto c = manager();
+  ASSERT_OK(serve(*c, tokens, {96, 192}));
+  EXPECT_GT(c->shared_stats().objects_published, 0u);
+}
+
+// Several processes: two writer processes (each its own manager, its own prompt, one prefix in
+// common) publish on one Redis; this process reads both byte-exact. The shared prefix is
+// written once (the second writer finds it present).
+TEST_F(SharedTierTest, PagesWrittenByOtherProcessesAreReadByteExact) {
+  const std::vector<int32_t> common = testing::random_tokens(rng_, 96);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int p = 0; p < 2; ++p) {
+    std::vector<int32_t> t = common;
+    const std::vector<int32_t> rest = testing::random_tokens(rng_, 204);
+    t.insert(t.end(), rest.begin(), rest.end());
+    prompts.push_back(t);
+  }
+  for (int p = 0; p < 2; ++p) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // the writer: its own store connection and manager
+      ManagerConfig c = config();
+      c.shared.store =
+          std::shared_ptr<SharedStore>(open_redis_store(server_->config()).value().release());
+      auto m = std::move(KvCacheManager::create(c, {BackendKind::kHost})).value();
+      const bool ok =
+          serve(*m, prompts[p], {96, 192}).is_ok() && m->shared_stats().publish_failures == 0;
+      std::_Exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer " << p;
+  }
+  auto reader = manager();
+  for (int p = 0; p < 2; ++p) EXPECT_EQ(fetch_and_verify(*reader, prompts[p]), 192u) << p;
+}
+
+// A fetch slower than recomputing is skipped (the engine's prefill rate against the store's).
+TEST_F(SharedTierTest, AFetchSlowerThanRecomputingIsSkipped) {
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  auto a = manager();
+  ASSERT_OK(serve(*a, tokens, {96, 192}));
+  ManagerConfig fast = config();
+  fast.shared.prefill_tokens_per_s = 1e12;  // recomputing 192 tokens takes no time
+  auto b = std::move(KvCacheManager::create(fast, {BackendKind::kHost})).value();
+  SharedFetch f;
+  EXPECT_EQ(fetch_and_verify(*b, tokens, &f), 0u);
+  EXPECT_TRUE(f.skipped);
+  EXPECT_EQ(f.objects_fetched, 0u);
+  EXPECT_EQ(b->shared_stats().fetches_skipped, 1u);
+  ManagerConfig slow = config();
+  slow.shared.prefill_tokens_per_s = 1000;  // 192 ms of prefill: fetching wins
+  auto c = std::move(KvCacheManager::create(slow, {BackendKind::kHost})).value();
+  EXPECT_EQ(fetch_and_verify(*c, tokens), 192u);
+}
+
+TEST(SharedTierConfig, AStoreWithoutAModelIdIsRefusedByName) {
+  ManagerConfig c = testing::lifecycle_config(LifecycleModel{});
+  RedisStoreConfig rc;
+  rc.port = 1;
+  c.shared.store = std::shared_ptr<SharedStore>(open_redis_store(rc).value().release());
+  const Result<std::unique_ptr<KvCacheManager>> m = KvCacheManager::create(c, {BackendKind::kHost});
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("shared.model_id"), std::string::npos);
+  c.shared.model_id = "m";
+  c.shared.fetch_bytes_per_s = 0;
+  const Result<std::unique_ptr<KvCacheManager>> rate =
+      KvCacheManager::create(c, {BackendKind::kHost});
+  ASSERT_FALSE(rate.is_ok());
+  EXPECT_NE(rate.status().message().find("shared.fetch_bytes_per_s 0"), std::string::npos);
+  ManagerConfig none = testing::lifecycle_config(LifecycleModel{});
+  auto plain = std::move(KvCacheManager::create(none, {BackendKind::kHost})).value();
+  EXPECT_EQ(plain->fetch_shared({}, std::vector<int32_t>(40, 1)).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace hybridkv

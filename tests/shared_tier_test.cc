@@ -10,6 +10,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cache/shared_tier.h"
 #include "hybridkv/shared_object.h"
@@ -26,6 +29,9 @@ using testing::RedisServer;
 using testing::Request;
 
 constexpr uint32_t kTpb = 16;
+// The fleet test's requests: the second instance first finds something of the first's at 60
+// (at 30 it finds nothing), so the sanitized builds, ~10x slower, leave the test to release.
+constexpr int kFleetLimit = 60;
 constexpr CacheGroupId kSsm(0), kFull(2);
 
 class SharedTierTest : public ::testing::Test {
@@ -243,6 +249,56 @@ TEST_F(SharedTierTest, AFetchSlowerThanRecomputingIsSkipped) {
   slow.shared.prefill_tokens_per_s = 1000;  // 192 ms of prefill: fetching wins
   auto c = std::move(KvCacheManager::create(slow, {BackendKind::kHost})).value();
   EXPECT_EQ(fetch_and_verify(*c, tokens), 192u);
+}
+
+// A fleet of two `hybridkv sim` processes (real bytes, the fake engine checking every page) on
+// one Redis: the second instance fetches pages the first published, and every page checks.
+TEST_F(SharedTierTest, ASimFleetOnOneRedisFetchesEachOthersPagesAndVerifies) {
+#ifdef HKV_SANITIZED
+  GTEST_SKIP() << "two verified sims of 60 requests: run in the release build";
+#endif
+  // A store of its own: with the fixture's 512 MiB limit the second instance found nothing.
+  auto big = RedisServer::start({"--maxmemory", "4gb"});
+  ASSERT_TRUE(big);
+  const std::string base =
+      std::string(HKV_CLI) + " sim --model " + HKV_MODELS_DIR + "/nemotron_h_8b.json --trace " +
+      HKV_DATA_DIR + "/mooncake_conversation_first1000.jsonl --limit " +
+      std::to_string(kFleetLimit) +
+      " --backend host --tp 8 --gpu-quota 512MiB --host-quota 1GiB --max-batch 16"
+      " --snapshot-policy branch,demand,periodic:2048 --verify --quiet --shared-redis 127.0.0.1:" +
+      std::to_string(big->port());
+  const std::string dir = testing::make_temp_dir();
+  for (int k = 0; k < 2; ++k) {
+    const std::string json = dir + "/i" + std::to_string(k) + ".json";
+    const std::string cmd =
+        base + " --instance " + std::to_string(k) + "/2 --json " + json + " > " + dir + "/out 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream in(json);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u) << "instance " << k;
+    EXPECT_GT(j["shared"]["objects_published"].get<uint64_t>(), 0u) << "instance " << k;
+    if (k == 1) {
+      EXPECT_GT(j["shared"]["hit_tokens"].get<uint64_t>(), 0u);  // from instance 0
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SharedTierConfig, SimFlagsAreCheckedAndNamed) {
+  const std::string base = std::string(HKV_CLI) + " sim --model " + HKV_MODELS_DIR +
+                           "/nemotron_h_8b.json --trace synthetic:4 --quiet ";
+  const std::string out = testing::make_temp_dir() + "/err";
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--instance 2/2", "--instance: '2/2' is not K/N"},
+           {"--instance x", "--instance: 'x' is not K/N"},
+           {"--backend host --shared-redis nocolon", "--shared-redis: 'nocolon' is not host:port"},
+           {"--shared-redis 127.0.0.1:6379", "--shared-redis: the none backend has no bytes"}}) {
+    const int status = std::system((base + flags + " > " + out + " 2>&1").c_str());
+    EXPECT_EQ(WEXITSTATUS(status), 2) << flags;
+    std::ifstream in(out);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(message), std::string::npos) << flags << ": " << text;
+  }
 }
 
 TEST(SharedTierConfig, AStoreWithoutAModelIdIsRefusedByName) {

@@ -291,6 +291,12 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "tokens per request of the typical step that shapes the starting pool split");
   sim->add_option("--rebalance", o.rebalance,
                   "on: pool groups trade slots while serving (one budget); off: fixed split");
+  sim->add_option("--shared-redis", o.shared_redis,
+                  "host:port of a Redis as the shared tier (host or cuda backend): committed "
+                  "blocks and snapshots are published to it, new requests fetched from it");
+  sim->add_option("--instance", o.instance,
+                  "K/N: serve the requests with index % N == K (several sims on one "
+                  "--shared-redis make a fleet)");
   sim->add_option("--offload", o.offload,
                   "selective: evicted pages worth nothing to a hybrid request are dropped, not "
                   "copied down a tier; all: every evicted page that fits below is copied");
@@ -319,6 +325,9 @@ int run_sim_command(const SimOptions& o) {
   if (Status s = check_outputs_and_disk(o); !s) return fail(s.message());
   Result<ServingConfig> serving = serving_from(o);
   if (!serving) return fail(serving.status().message());
+  if (Status s = add_shared_tier(o, *serving); !s) return fail(s.message());
+  const Result<std::pair<uint32_t, uint32_t>> instance = parse_instance(o.instance);
+  if (!instance) return fail(instance.status().message());
   Result<BackendOptions> backend = backend_from(o);
   if (!backend) return fail(backend.status().message());
   Result<ModelDescription> model = model_from(o);
@@ -327,6 +336,7 @@ int run_sim_command(const SimOptions& o) {
                                                 ? synthetic_trace(o.trace, o.limit)
                                                 : read_mooncake_trace(o.trace, o.limit);
   if (!trace) return fail(trace.status().message());
+  if (instance->second > 1) *trace = instance_share(*trace, instance->first, instance->second);
   if (!o.write_trace.empty()) {
     if (Status s = write_mooncake_trace(*trace, o.write_trace); !s)
       return fail("--write-trace: " + s.message());
@@ -350,6 +360,7 @@ int run_sim_command(const SimOptions& o) {
   // The wall time includes draining queued copies (the host backend's worker may lag).
   if (!o.quiet) std::fprintf(stderr, "sim: waiting for the queued page copies to finish\n");
   h.manager().synchronize();
+  h.manager().flush_shared();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const int rc = report(o, *model, *trace, h, counters, engine.get(), seconds);

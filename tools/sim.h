@@ -41,6 +41,12 @@ struct SimOptions {
   std::string write_trace;  // the requests read, as Mooncake JSONL
   bool quiet = false;
   bool compare = false;  // also run --attention-only and print the share
+  // The shared tier: a Redis at host:port (host or cuda backend); each new request is first
+  // fetched from it (KvCacheManager::fetch_shared).
+  std::string shared_redis;
+  // "K/N": this process is instance K of N and serves the trace's requests with index % N == K
+  // (several sim processes on one shared Redis make a fleet).
+  std::string instance = "0/1";
 };
 
 void add_sim_command(CLI::App& app, SimOptions& options);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hybridkv/hybrid.h"
@@ -51,7 +52,8 @@ struct SimCounters {
   uint64_t adjustments = 0;                      // rebalancing steps taken
   std::vector<std::vector<uint64_t>> end_slots;  // per tier, per pool group: slots at the end
   std::vector<double> step_us;                   // manager CPU time per step
-  std::vector<uint64_t> peak;                    // peak GPU slots per pool group
+  double shared_fetch_us = 0;  // wall time of the shared-tier fetches (store round trips)
+  std::vector<uint64_t> peak;  // peak GPU slots per pool group
   std::vector<Sample> samples;
   std::string error;  // set when the run stopped early
 };
@@ -78,6 +80,13 @@ int report(const SimOptions& options, const ModelDescription& model,
 // The --svg plot (sim_plot.cc).
 std::string svg_plot(const std::vector<Sample>& samples,
                      const std::vector<std::string>& pool_group_names, const std::string& title);
+
+// The shared tier (sim_shared.cc): --instance K/N, the requests of instance K (index % N == K),
+// and --shared-redis into the serving config (the error names the flag).
+Result<std::pair<uint32_t, uint32_t>> parse_instance(const std::string& text);
+std::vector<TraceRequest> instance_share(const std::vector<TraceRequest>& trace, uint32_t k,
+                                         uint32_t n);
+Status add_shared_tier(const SimOptions& options, ServingConfig& serving);
 
 // "hybridkv sim: <message>" on stderr; returns 2.
 int fail(const std::string& message);

@@ -141,6 +141,12 @@ void Scheduler::resume_suspended() {
 bool Scheduler::create(Running& r, const Waiting& w) {
   const TraceRequest& t = reqs_[w.index];
   const std::vector<int32_t> prompt = prompt_tokens(t);
+  if (!o_.shared_redis.empty() && w.order == kNoOrder) {  // a new request: the shared tier first
+    const auto start = std::chrono::steady_clock::now();
+    (void)h_.manager().fetch_shared({}, prompt);  // a miss (or no room) is not an error
+    c_.shared_fetch_us +=
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
   const Status added = timed([&] { return h_.add_request(w.index, prompt); });
   if (!added.is_ok()) {
     c_.error = "add_request: " + added.to_string();

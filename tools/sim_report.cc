@@ -171,6 +171,10 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["steps"] = c.steps;
   j["prompt_tokens"] = c.prompt_tokens;
   j["reused_tokens"] = c.reused_tokens;
+  if (!o.shared_redis.empty()) {
+    j["instance"] = o.instance;
+    j["shared_fetch_seconds"] = c.shared_fetch_us / 1e6;
+  }
   j["reuse_bound_tokens"] = f.bound;
   j["reused_share_of_prompt"] = f.share(c.reused_tokens, c.prompt_tokens);
   j["reused_share_of_bound"] = f.share(c.reused_tokens, f.bound);
@@ -288,6 +292,23 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
   }
 }
 
+// The shared tier's counters: a line of text, and the JSON object.
+nlohmann::json report_shared(const SharedTierStats& st, const SimCounters& c) {
+  using ull = unsigned long long;
+  std::printf(
+      "shared tier         %llu objects published (%llu present already), %llu fetched; "
+      "%llu tokens brought in; fetches %.2f s\n",
+      static_cast<ull>(st.objects_published), static_cast<ull>(st.objects_present),
+      static_cast<ull>(st.objects_fetched), static_cast<ull>(st.hit_tokens),
+      c.shared_fetch_us / 1e6);
+  return {{"objects_published", st.objects_published}, {"objects_present", st.objects_present},
+          {"objects_dropped", st.objects_dropped},     {"publish_failures", st.publish_failures},
+          {"bytes_published", st.bytes_published},     {"hit_tokens", st.hit_tokens},
+          {"objects_fetched", st.objects_fetched},     {"bytes_fetched", st.bytes_fetched},
+          {"objects_corrupt", st.objects_corrupt},     {"store_failures", st.store_failures},
+          {"fetches_skipped", st.fetches_skipped}};
+}
+
 }  // namespace
 
 int report(const SimOptions& o, const ModelDescription& model,
@@ -302,9 +323,10 @@ int report(const SimOptions& o, const ModelDescription& model,
     f.snapshot_lookups = rs.groups[h.state_group()->value].lookups;
     f.snapshot_tiers = rs.groups[h.state_group()->value].served_by_tier;
   }
-  const nlohmann::json j = to_json(o, model, h.plan(), reqs.size(), c, f, engine, seconds);
+  nlohmann::json j = to_json(o, model, h.plan(), reqs.size(), c, f, engine, seconds);
   print_header(o, model, h, reqs.size());
   print_text(o, h.plan(), reqs.size(), c, f, engine);
+  if (!o.shared_redis.empty()) j["shared"] = report_shared(h.manager().shared_stats(), c);
   std::printf("wall time           %.1f s (queued copies drained)\n", seconds);
   if (!o.json.empty()) {
     std::ofstream out(o.json);

@@ -3,6 +3,9 @@
 // killed or frozen costing failures (misses), never a stall, and the store reconnecting after.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <random>
 #include <thread>
 
@@ -97,6 +100,52 @@ TEST_F(SharedStoreTest, ConcurrentPublishersOfOneObjectWriteItOnce) {
   EXPECT_EQ(a_won ? rb[0] : ra[0], StoreOutcome::kExists);
   EXPECT_EQ(get_all(**other, key, 2 << 20).second[0], a_won ? a[0] : b[0]);
   EXPECT_EQ(get_all(*store_, key, 2 << 20).second[0], a_won ? a[0] : b[0]);
+}
+
+// Fault: a writer process killed (SIGKILL) in the middle of its puts. Every object a reader
+// finds is whole and passes its checks; the rest are misses (Redis runs a SET only once all of
+// it has arrived, so a cut-off command wrote nothing).
+TEST_F(SharedStoreTest, AWriterKilledMidPutLeavesWholeObjectsOrMisses) {
+  constexpr int kObjects = 200;
+  constexpr size_t kPayload = 2 << 20;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kObjects; ++i) keys.push_back("hkv1:killed:" + std::to_string(i));
+  const SharedObjectHeader header{SharedObjectKind::kKvBlock, 7, 9};
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the writer: batches of 4 objects until killed
+    auto store = std::move(open_redis_store(server_->config())).value();
+    for (int i = 0; i < kObjects; i += 4) {
+      std::vector<Bytes> values;
+      for (int k = i; k < i + 4; ++k)
+        values.push_back(encode_shared_object(header, random_bytes(kPayload, k)));
+      (void)put_all(*store, std::vector<std::string>(keys.begin() + i, keys.begin() + i + 4),
+                    values);
+    }
+    std::_Exit(0);
+  }
+  const std::vector<std::string> first = {keys[0]};
+  for (int i = 0; i < 5000 && store_->exists(first)[0] != StoreOutcome::kOk; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  const auto [out, bytes] =
+      get_all(*store_, keys, kPayload + kSharedObjectHeaderBytes + kSharedObjectTrailerBytes);
+  int whole = 0, missing = 0;
+  for (int i = 0; i < kObjects; ++i) {
+    if (out[i] == StoreOutcome::kMissing) {
+      ++missing;
+      continue;
+    }
+    ASSERT_EQ(out[i], StoreOutcome::kOk) << keys[i];
+    const Result<std::span<const std::byte>> payload = open_shared_object(bytes[i], header);
+    ASSERT_TRUE(payload.is_ok()) << keys[i] << ": " << payload.status().to_string();
+    EXPECT_TRUE(std::equal(payload->begin(), payload->end(), random_bytes(kPayload, i).begin()));
+    ++whole;
+  }
+  std::printf("writer killed: %d whole objects, %d misses, no partial object\n", whole, missing);
+  EXPECT_GT(whole, 0);
+  EXPECT_GT(missing, 0);
 }
 
 TEST(SharedObject, ARoundTripGivesThePayloadBack) {

@@ -241,6 +241,10 @@ class ManagerCore {
       std::span<const PageId> pages, std::vector<std::byte>& staging) const;
   void share_commit(const std::vector<prefix::NodeId>& blocks, prefix::NodeId snapshot);
   static SharedObjectKind kind_of(const CacheGroup& g);
+  void local_blocks(const ReuseScope& scope, std::span<const int32_t> tokens,
+                    std::vector<BlockKey>& keys, std::set<SharedBlock>& local) const;
+  std::set<SharedBlock> in_store(const std::vector<BlockKey>& keys,
+                                 const std::set<SharedBlock>& local, SharedFetch& out) const;
   template <typename Have>
   uint64_t shared_hit_blocks(uint64_t blocks, Have&& have) const;
   void get_shared(const std::vector<SharedBlock>& need, const std::vector<BlockKey>& keys,

@@ -60,20 +60,9 @@ Result<SharedFetch> ManagerCore::fetch_shared(const ReuseScope& scope,
   const uint32_t tpb = plan_.config().tokens_per_block;
   const uint64_t blocks = std::min<uint64_t>(tokens.empty() ? 0 : (tokens.size() - 1) / tpb,
                                              shared_->max_lookup_blocks());
-  std::vector<BlockKey> keys(blocks);
+  std::vector<BlockKey> keys;
   std::set<SharedBlock> local;
-  {  // 1. keys and the local tree
-    std::shared_lock lock(mu_);
-    prefix::BlockHasher hasher(plan_.config().block_hash);
-    BlockKey chain = hasher.root(scope);
-    for (uint64_t b = 0; b < blocks; ++b) {
-      chain = keys[b] = hasher.key(chain, tokens.subspan(b * tpb, tpb));
-      const NodeId node = index_.find(chain);
-      for (const CacheGroup& g : plan_.cache_groups()) {
-        if (node != kNoNode && index_.holds(node, g.id)) local.insert({b, g.id});
-      }
-    }
-  }
+  local_blocks(scope, tokens.first(blocks * tpb), keys, local);  // 1. (shared lock)
   SharedFetch out;
   out.local_tokens = shared_hit_blocks(blocks,
                                        [&](uint64_t b, CacheGroupId g) {
@@ -81,21 +70,7 @@ Result<SharedFetch> ManagerCore::fetch_shared(const ReuseScope& scope,
                                        }) *
                      tpb;
   // 2. what the store holds, then the objects the hit needs
-  std::vector<SharedBlock> asked;
-  std::vector<std::string> ask_keys;
-  for (uint64_t b = 0; b < blocks; ++b) {
-    for (const CacheGroup& g : plan_.cache_groups()) {
-      if (g.policy == ReusePolicy::kPrivate || local.count({b, g.id}) > 0) continue;
-      asked.push_back({b, g.id});
-      ask_keys.push_back(shared_->key(kind_of(g), g.id, keys[b]));
-    }
-  }
-  std::set<SharedBlock> present;
-  const std::vector<StoreOutcome> found = shared_->store().exists(ask_keys);
-  for (size_t i = 0; i < found.size(); ++i) {
-    if (found[i] == StoreOutcome::kOk) present.insert(asked[i]);
-    out.store_failures += found[i] == StoreOutcome::kFailed ? 1 : 0;
-  }
+  std::set<SharedBlock> present = in_store(keys, local, out);  // 2. (no lock)
   std::map<SharedBlock, std::vector<std::byte>> fetched;
   uint64_t hit = 0;
   for (int round = 0; round < 4; ++round) {
@@ -131,6 +106,45 @@ Result<SharedFetch> ManagerCore::fetch_shared(const ReuseScope& scope,
   shared_->count_fetch(out);
   after_mutation();
   return out;
+}
+
+// The block keys of `tokens` (whole blocks) and the (block, group) pages the local tree holds.
+void ManagerCore::local_blocks(const ReuseScope& scope, std::span<const int32_t> tokens,
+                               std::vector<BlockKey>& keys, std::set<SharedBlock>& local) const {
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  std::shared_lock lock(mu_);
+  prefix::BlockHasher hasher(plan_.config().block_hash);
+  BlockKey chain = hasher.root(scope);
+  for (uint64_t b = 0; b < tokens.size() / tpb; ++b) {
+    chain = hasher.key(chain, tokens.subspan(b * tpb, tpb));
+    keys.push_back(chain);
+    const NodeId node = index_.find(chain);
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      if (node != kNoNode && index_.holds(node, g.id)) local.insert({b, g.id});
+    }
+  }
+}
+
+// One pipelined EXISTS for every publishable (block, group) the tree lacks: those present.
+std::set<SharedBlock> ManagerCore::in_store(const std::vector<BlockKey>& keys,
+                                            const std::set<SharedBlock>& local,
+                                            SharedFetch& out) const {
+  std::vector<SharedBlock> asked;
+  std::vector<std::string> ask_keys;
+  for (uint64_t b = 0; b < keys.size(); ++b) {
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      if (g.policy == ReusePolicy::kPrivate || local.count({b, g.id}) > 0) continue;
+      asked.push_back({b, g.id});
+      ask_keys.push_back(shared_->key(kind_of(g), g.id, keys[b]));
+    }
+  }
+  std::set<SharedBlock> present;
+  const std::vector<StoreOutcome> found = shared_->store().exists(ask_keys);
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (found[i] == StoreOutcome::kOk) present.insert(asked[i]);
+    out.store_failures += found[i] == StoreOutcome::kFailed ? 1 : 0;
+  }
+  return present;
 }
 
 SharedTierStats ManagerCore::shared_stats() const {

@@ -55,6 +55,10 @@ cmake --build build/tsan -j "$jobs" --target reuse_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/reuse_test --gtest_filter='Reuse.ProbesRun*:Reuse.TreePages*'
 cmake --build build/tsan -j "$jobs" --target storage_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/storage_test --gtest_filter='StorageHostBackend.*'
+# The shared tier's writer thread, and a fetch on a worker thread beside serving.
+cmake --build build/tsan -j "$jobs" --target shared_tier_test
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/shared_tier_test \
+  --gtest_filter='SharedTierTest.AFetchOnAWorkerThread*:SharedTierTest.AnotherInstance*:SharedTierTest.ADeadStore*'
 phase "done"
 echo "== wall time by phase"
 printf '%s' "$phases"

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cache/shared_tier.h"
 #include "hybridkv/shared_object.h"
@@ -230,6 +231,32 @@ TEST_F(SharedTierTest, PagesWrittenByOtherProcessesAreReadByteExact) {
   }
   auto reader = manager();
   for (int p = 0; p < 2; ++p) EXPECT_EQ(fetch_and_verify(*reader, prompts[p]), 192u) << p;
+}
+
+// A fetch is a prefetch an engine may run on a worker thread: its store round trips hold no
+// manager lock, so requests keep running while it waits, and what it brings in checks.
+TEST_F(SharedTierTest, AFetchOnAWorkerThreadRunsBesideServing) {
+  std::vector<std::vector<int32_t>> prompts;
+  auto a = manager();
+  for (int p = 0; p < 4; ++p) {
+    prompts.push_back(testing::random_tokens(rng_, 300));
+    ASSERT_OK(serve(*a, prompts.back(), {96, 192}));
+  }
+  auto b = manager();
+  std::vector<uint64_t> hits(prompts.size(), 0);
+  std::thread worker([&] {
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      const Result<SharedFetch> f = b->fetch_shared({}, std::span(prompts[p]).first(250));
+      hits[p] = f.is_ok() ? f->hit_tokens : 0;
+    }
+  });
+  // Meanwhile this thread serves requests of its own on the same manager.
+  for (int r = 0; r < 4; ++r) ASSERT_OK(serve(*b, testing::random_tokens(rng_, 300), {96, 192}));
+  worker.join();
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    EXPECT_EQ(hits[p], 192u) << p;
+    EXPECT_EQ(fetch_and_verify(*b, prompts[p]), 192u) << p;
+  }
 }
 
 // A fetch slower than recomputing is skipped (the engine's prefill rate against the store's).

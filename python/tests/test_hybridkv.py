@@ -473,16 +473,18 @@ def redis_port():
         port = s.getsockname()[1]
     proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                              "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    store = hk.open_redis_store(port=port)
-    for _ in range(500):
-        try:
-            store.ping()
-            break
-        except hk.HybridKvError:
-            time.sleep(0.01)
-    yield port
-    proc.kill()
-    proc.wait()
+    try:  # the server is stopped whatever happens
+        store = hk.open_redis_store(port=port)
+        for _ in range(500):
+            try:
+                store.ping()
+                break
+            except hk.HybridKvError:
+                time.sleep(0.01)
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_shared_tier_a_second_manager_fetches_what_the_first_committed(redis_port):

@@ -11,10 +11,6 @@ using prefix::NodeId;
 using storage::kGpuTier;
 using storage::Ref;
 
-namespace {
-bool publishable(const CacheGroup& g) { return g.policy != ReusePolicy::kPrivate; }
-}  // namespace
-
 Status ManagerCore::check_commit(uint32_t id, std::span<const int32_t> tokens) const {
   if (Status s = expect_state(id, CacheState::kActive, "commit"); !s) return s;
   const CacheRecord& rec = caches_[id];

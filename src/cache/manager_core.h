@@ -37,6 +37,9 @@ struct CacheInfo {
   CopyEvent ready;
 };
 
+// Whether a group's pages may enter the prefix tree (and the shared tier): not PRIVATE.
+inline bool publishable(const CacheGroup& g) { return g.policy != ReusePolicy::kPrivate; }
+
 // Per pool group: whether rebalancing trades its slots (shared KV and snapshot pool groups;
 // rebalance.cc).
 std::vector<bool> rebalanced_pool_groups(const StoragePlan& plan);
@@ -235,10 +238,9 @@ class ManagerCore {
 
   // shared_io.cc, shared_fetch.cc
   bool has_recurrent_groups() const;
-  // Per page, the transfers between its slot (every pool) and a region of `staging` (resized
-  // to hold them all); none for a page whose memory the CPU cannot reach (DISK).
-  std::vector<std::pair<PageId, std::vector<PoolTransfer>>> page_transfers(
-      std::span<const PageId> pages, std::vector<std::byte>& staging) const;
+  // The transfers between a page's slot (every pool, in order) and `host` (the slot's bytes
+  // there, contiguous); none when the CPU cannot reach the page's memory (DISK).
+  std::vector<PoolTransfer> slot_transfers(PageId page, std::byte* host) const;
   void share_commit(const std::vector<prefix::NodeId>& blocks, prefix::NodeId snapshot);
   static SharedObjectKind kind_of(const CacheGroup& g);
   void local_blocks(const ReuseScope& scope, std::span<const int32_t> tokens,

@@ -133,7 +133,7 @@ std::set<SharedBlock> ManagerCore::in_store(const std::vector<BlockKey>& keys,
   std::vector<std::string> ask_keys;
   for (uint64_t b = 0; b < keys.size(); ++b) {
     for (const CacheGroup& g : plan_.cache_groups()) {
-      if (g.policy == ReusePolicy::kPrivate || local.count({b, g.id}) > 0) continue;
+      if (!publishable(g) || local.count({b, g.id}) > 0) continue;
       asked.push_back({b, g.id});
       ask_keys.push_back(shared_->key(kind_of(g), g.id, keys[b]));
     }
@@ -292,15 +292,10 @@ void ManagerCore::place_shared(const ReuseScope& scope, std::span<const int32_t>
     if (storage_.page(p).ready.ticket > latest.ticket) latest = storage_.page(p).ready;
   }
   backend_->wait(latest);
-  std::vector<std::byte> staging;
-  const auto transfers = page_transfers(pages, staging);
-  std::vector<PoolTransfer> all;
+  std::vector<PoolTransfer> all;  // straight from the fetched bytes into the slots
   for (size_t i = 0; i < placed.size(); ++i) {
-    const std::vector<std::byte>& bytes = fetched[*placed[i].second];
-    for (const PoolTransfer& t : transfers[i].second) {
-      std::memcpy(t.host, bytes.data() + (t.host - transfers[i].second.front().host), t.bytes);
-      all.push_back(t);
-    }
+    const std::vector<PoolTransfer> t = slot_transfers(pages[i], fetched[*placed[i].second].data());
+    all.insert(all.end(), t.begin(), t.end());
   }
   backend_->write_many(all);
   for (size_t i = 0; i < placed.size(); ++i) {

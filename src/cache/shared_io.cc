@@ -13,10 +13,6 @@ namespace hybridkv::cache_detail {
 using prefix::kNoNode;
 using prefix::NodeId;
 
-namespace {
-bool publishable(const CacheGroup& g) { return g.policy != ReusePolicy::kPrivate; }
-}  // namespace
-
 bool ManagerCore::has_recurrent_groups() const {
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (publishable(g) && g.kind == GroupKind::kSsm) return true;
@@ -24,28 +20,15 @@ bool ManagerCore::has_recurrent_groups() const {
   return false;
 }
 
-std::vector<std::pair<PageId, std::vector<PoolTransfer>>> ManagerCore::page_transfers(
-    std::span<const PageId> pages, std::vector<std::byte>& staging) const {
-  uint64_t total = 0;
-  for (PageId pid : pages) total += plan_.pool_group(storage_.page(pid).pool_group).slot_bytes;
-  staging.assign(total, std::byte{0});
-  std::vector<std::pair<PageId, std::vector<PoolTransfer>>> out;
-  uint64_t at = 0;
-  for (PageId pid : pages) {
-    const storage::Page& p = storage_.page(pid);
-    const PoolGroup& pg = plan_.pool_group(p.pool_group);
-    std::vector<PoolTransfer> t;
-    for (uint32_t k = 0; k < pg.pools.size(); ++k) {
-      std::byte* base = backend_->pool_base(p.tier, p.pool_group, k);
-      if (base == nullptr) {  // not in memory (a DISK page, or no bytes at all)
-        t.clear();
-        break;
-      }
-      t.push_back({base + p.slot.value * pg.pools[k].slot_bytes, staging.data() + at,
-                   pg.pools[k].slot_bytes});
-      at += pg.pools[k].slot_bytes;
-    }
-    out.emplace_back(pid, std::move(t));
+std::vector<PoolTransfer> ManagerCore::slot_transfers(PageId page, std::byte* host) const {
+  const storage::Page& p = storage_.page(page);
+  const PoolGroup& pg = plan_.pool_group(p.pool_group);
+  std::vector<PoolTransfer> out;
+  for (uint32_t k = 0; k < pg.pools.size(); ++k) {
+    std::byte* base = backend_->pool_base(p.tier, p.pool_group, k);
+    if (base == nullptr) return {};  // not in memory (a DISK page, or no bytes at all)
+    out.push_back({base + p.slot.value * pg.pools[k].slot_bytes, host, pg.pools[k].slot_bytes});
+    host += pg.pools[k].slot_bytes;
   }
   return out;
 }
@@ -88,22 +71,24 @@ void ManagerCore::share_commit(const std::vector<NodeId>& blocks, NodeId snapsho
     if (ready.ticket > latest.ticket) latest = ready;
   }
   backend_->wait(latest);  // the snapshot copies this commit queued (host memory: short)
-  std::vector<std::byte> staging;
-  const auto transfers = page_transfers(pages, staging);
+  // One staging region per page, every page's transfers read in one call.
+  std::vector<std::vector<std::byte>> bytes;
   std::vector<PoolTransfer> all;
-  for (const auto& [pid, t] : transfers) all.insert(all.end(), t.begin(), t.end());
+  std::vector<bool> readable;
+  for (PageId pid : pages) {
+    bytes.emplace_back(plan_.pool_group(storage_.page(pid).pool_group).slot_bytes);
+    const std::vector<PoolTransfer> t = slot_transfers(pid, bytes.back().data());
+    readable.push_back(!t.empty());
+    all.insert(all.end(), t.begin(), t.end());
+  }
   backend_->read_many(all);
   std::vector<SharedTier::Object> objects;
   for (size_t i = 0; i < send.size(); ++i) {
-    const auto& [pid, t] = transfers[i];
-    if (t.empty()) continue;
+    if (!readable[i]) continue;
     const auto [n, g] = send[i];
-    const bool ssm = plan_.cache_group(g).kind == GroupKind::kSsm;
-    const SharedObjectKind kind = ssm ? SharedObjectKind::kSnapshot : SharedObjectKind::kKvBlock;
-    const std::span<const std::byte> payload(
-        t.front().host, plan_.pool_group(storage_.page(pid).pool_group).slot_bytes);
+    const SharedObjectKind kind = kind_of(plan_.cache_group(g));
     objects.push_back({shared_->key(kind, g, tree.node(n).key),
-                       encode_shared_object(shared_->header(kind, tree.node(n).tokens), payload)});
+                       encode_shared_object(shared_->header(kind, tree.node(n).tokens), bytes[i])});
   }
   shared_->publish(std::move(objects));
 }

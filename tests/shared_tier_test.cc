@@ -17,6 +17,7 @@
 
 #include "cache/shared_tier.h"
 #include "hybridkv/shared_object.h"
+#include "hybridkv/testing/fault_env.h"
 #include "lifecycle_fixture.h"
 #include "prefix/block_hash.h"
 #include "redis_server.h"
@@ -201,6 +202,70 @@ TEST_F(SharedTierTest, ADeadStoreCostsMissesNeverAStall) {
   EXPECT_GT(c->shared_stats().objects_published, 0u);
 }
 
+// A commit only queues its pages' copies (the step never reads them): the request's pages may
+// lose their slots to another request before the copies run. The new owner writes those slots
+// only after the copies, so what is published is what was committed: another instance reads it
+// byte-exact. The publishing copies are held (FaultInjectionEnv) behind the commit's own
+// snapshot copies until the other request has its pages; with no HOST tier a page that loses its
+// slot is dropped, so no copy down orders the reuse instead.
+TEST_F(SharedTierTest, APublishedPageIsCopiedBeforeItsSlotIsReused) {
+  auto env = std::make_shared<testing::FaultInjectionEnv>();
+  ManagerConfig c = config();
+  c.tiers.resize(1);
+  auto a = std::move(KvCacheManager::create(c, {BackendKind::kHost, 0, env})).value();
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  testing::FakeEngine engine(*a);
+  Request r = make_request(*a, tokens, 192);
+  ASSERT_OK(r.cache->resume({}));
+  ASSERT_OK(testing::advance(engine, r, 192));
+  env->set_copy_gate(false);
+  ASSERT_OK(testing::commit_computed(r));  // a batch of snapshot copies, then the publishing one
+  env->let_copies_through(1);
+  while (env->batches_run() < 1) std::this_thread::yield();
+  ASSERT_OK(r.cache->close());
+  EXPECT_EQ(a->shared_stats().objects_published, 0u);  // nothing written: the copies wait
+  // Another request takes the whole GPU: every page of the committed prefix loses its slot.
+  Request other = make_request(*a, testing::random_tokens(rng_, 4000), 1);
+  ASSERT_OK(other.cache->resume({}));
+  uint64_t upto = 16;
+  while (other.cache->resize(upto + 16, 0).is_ok()) upto += 16;
+  EXPECT_GT(a->take_iteration_stats().pages_dropped, 12u);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    env->set_copy_gate(true);
+  });
+  ASSERT_OK(engine.step(*other.cache, other.fake, upto));  // writes after the copies
+  opener.join();
+  a->flush_shared();
+  EXPECT_GE(a->shared_stats().objects_published, 12u + 1u);
+  auto b = manager();
+  EXPECT_EQ(fetch_and_verify(*b, tokens), 192u);
+}
+
+// The queue is bounded in objects and in bytes: what does not fit is dropped and counted, and
+// the commit goes on (the copies are held, so nothing leaves the queue meanwhile).
+TEST_F(SharedTierTest, AFullQueueDropsObjectsAndCountsThem) {
+  for (const bool by_bytes : {false, true}) {
+    auto env = std::make_shared<testing::FaultInjectionEnv>();
+    ManagerConfig c = config();
+    if (by_bytes) c.shared.max_queued_bytes = 1;  // no object fits
+    else c.shared.max_queued_objects = 4;
+    auto a = std::move(KvCacheManager::create(c, {BackendKind::kHost, 0, env})).value();
+    testing::FakeEngine engine(*a);
+    Request r = make_request(*a, testing::random_tokens(rng_, 300), 192);
+    ASSERT_OK(r.cache->resume({}));
+    ASSERT_OK(testing::advance(engine, r, 192));
+    env->set_copy_gate(false);
+    // 16 objects to send: 12 full-attention blocks, the window's 3 and a snapshot.
+    ASSERT_OK(testing::commit_computed(r));
+    EXPECT_EQ(a->shared_stats().objects_dropped, by_bytes ? 16u : 12u) << by_bytes;
+    env->set_copy_gate(true);
+    a->flush_shared();
+    EXPECT_EQ(a->shared_stats().objects_published, by_bytes ? 0u : 4u) << by_bytes;
+    ASSERT_OK(r.cache->close());
+  }
+}
+
 // Several processes: two writer processes (each its own manager, its own prompt, one prefix in
 // common) publish on one Redis; this process reads both byte-exact. The shared prefix is
 // written once (the second writer finds it present).
@@ -328,7 +393,7 @@ TEST(SharedTierConfig, SimFlagsAreCheckedAndNamed) {
   }
 }
 
-TEST(SharedTierConfig, AStoreWithoutAModelIdIsRefusedByName) {
+TEST(SharedTierConfig, AStoreWithoutAModelIdOrWithNoQueueIsRefusedByName) {
   ManagerConfig c = testing::lifecycle_config(LifecycleModel{});
   RedisStoreConfig rc;
   rc.port = 1;
@@ -342,6 +407,14 @@ TEST(SharedTierConfig, AStoreWithoutAModelIdIsRefusedByName) {
       KvCacheManager::create(c, {BackendKind::kHost});
   ASSERT_FALSE(rate.is_ok());
   EXPECT_NE(rate.status().message().find("shared.fetch_bytes_per_s 0"), std::string::npos);
+  c.shared.fetch_bytes_per_s = 1e9;
+  c.shared.max_queued_bytes = 0;
+  c.shared.max_queued_objects = 0;
+  const Result<std::unique_ptr<KvCacheManager>> queue =
+      KvCacheManager::create(c, {BackendKind::kHost});
+  ASSERT_FALSE(queue.is_ok());
+  EXPECT_NE(queue.status().message().find("shared.max_queued_bytes 0"), std::string::npos);
+  EXPECT_NE(queue.status().message().find("shared.max_queued_objects 0"), std::string::npos);
   ManagerConfig none = testing::lifecycle_config(LifecycleModel{});
   auto plain = std::move(KvCacheManager::create(none, {BackendKind::kHost})).value();
   EXPECT_EQ(plain->fetch_shared({}, std::vector<int32_t>(40, 1)).status().code(),

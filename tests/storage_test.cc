@@ -346,5 +346,57 @@ TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
   EXPECT_EQ(storage.check(), "");
 }
 
+// copy_out: a copy of a page's slot (every pool, in order) into host memory, queued like any
+// other copy. The page does not wait for it; whoever takes the slot next does.
+TEST(StorageHostBackend, ACopyOutReadsEveryPoolAndTheSlotsNextOwnerWaitsForIt) {
+  ManagerConfig c;  // an SSM layer of two buffers of two dtypes: a pool group of two pools
+  c.tokens_per_block = 16;
+  SsmLayerConfig ssm;
+  ssm.id = 0;
+  ssm.buffers = {{"ssm_state", 16384, {}, DType::kF32}, {"conv_state", 4096, {}, DType::kBF16}};
+  c.ssm_layers.push_back(ssm);
+  c.tiers = {{TierKind::kGpu, 2ull << 20, ""}};
+  const StoragePlan plan = *StoragePlan::build(c);
+  auto env = std::make_shared<testing::FaultInjectionEnv>();
+  std::unique_ptr<memory::MemoryBackend> backend =
+      std::move(memory::make_backend({.kind = BackendKind::kHost, .env = env})).value();
+  ASSERT_TRUE(backend->allocate(plan).is_ok());
+  Storage storage(plan, backend.get());
+  const PoolGroupId pg(0);
+  const std::vector<Pool>& pools = plan.pool_group(pg).pools;
+  ASSERT_GE(pools.size(), 2u);
+  const PageId page = storage.allocate(CacheGroupId(0), kGpuTier);
+  storage.add_ref(page, Ref::kActive);
+  const SlotId slot = storage.page(page).slot;
+  uint64_t total = 0;
+  for (uint32_t k = 0; k < pools.size(); ++k) {
+    std::memset(backend->pool_base(TierKind::kGpu, pg, k) + slot.value * pools[k].slot_bytes,
+                'a' + static_cast<int>(k), pools[k].slot_bytes);
+    total += pools[k].slot_bytes;
+  }
+  const CopyEvent before = storage.page(page).ready;
+  memory::HostBuffer out = backend->host_buffer(total);
+  env->set_copy_gate(false);
+  storage.copy_out(page, out.get());
+  const CopyEvent copied = storage.flush();
+  ASSERT_NE(copied.ticket, 0u);
+  EXPECT_EQ(storage.page(page).ready.ticket, before.ticket);  // the page itself does not wait
+  storage.drop_ref(page, Ref::kActive);                       // released: its slot is free
+  const PageId next = storage.allocate(CacheGroupId(0), kGpuTier);
+  storage.add_ref(next, Ref::kActive);
+  ASSERT_EQ(storage.page(next).slot, slot);
+  EXPECT_EQ(storage.page(next).ready.ticket, copied.ticket);  // writes only after the copy
+  env->set_copy_gate(true);
+  backend->wait(copied);
+  uint64_t at = 0;
+  for (uint32_t k = 0; k < pools.size(); ++k) {
+    const std::byte want{static_cast<unsigned char>('a' + k)};
+    EXPECT_EQ(out.get()[at], want) << "pool " << k;
+    EXPECT_EQ(out.get()[at + pools[k].slot_bytes - 1], want) << "pool " << k;
+    at += pools[k].slot_bytes;
+  }
+  EXPECT_EQ(storage.check(), "");
+}
+
 }  // namespace
 }  // namespace hybridkv::storage

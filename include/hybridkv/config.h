@@ -132,6 +132,7 @@ struct SharedTierConfig {
   std::string model_id;                // names the model and weights: part of every key
   uint32_t rank = 0;                   // tensor-parallel rank: each rank shares its own slice
   uint32_t max_queued_objects = 4096;  // objects waiting to be written; more are dropped
+  uint64_t max_queued_bytes = 1ull << 30;  // their bytes (host memory); more are dropped
   uint32_t max_lookup_blocks = 1024;   // blocks of a prompt looked up in the store at most
   // A fetch that would take longer than computing its tokens is skipped: the engine's prefill
   // rate (tokens per second; 0: never skip) against the store's rate (bytes per second;

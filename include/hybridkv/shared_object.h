@@ -33,6 +33,10 @@ inline constexpr size_t kSharedObjectTrailerBytes = 8;
 std::vector<std::byte> encode_shared_object(const SharedObjectHeader& header,
                                             std::span<const std::byte> payload);
 
+// Writes the header and checksum around a payload already in place: `object` is
+// kSharedObjectHeaderBytes + payload + kSharedObjectTrailerBytes bytes.
+void seal_shared_object(const SharedObjectHeader& header, std::span<std::byte> object);
+
 // The payload of `object` (a view into it) when it is whole and is what the reader expects;
 // otherwise an error saying what differs (kIoError).
 Result<std::span<const std::byte>> open_shared_object(std::span<const std::byte> object,

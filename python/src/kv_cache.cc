@@ -116,6 +116,7 @@ void bind_shared_tier(nb::module_& m) {
       .def_rw("model_id", &SharedTierConfig::model_id)
       .def_rw("rank", &SharedTierConfig::rank)
       .def_rw("max_queued_objects", &SharedTierConfig::max_queued_objects)
+      .def_rw("max_queued_bytes", &SharedTierConfig::max_queued_bytes)
       .def_rw("max_lookup_blocks", &SharedTierConfig::max_lookup_blocks)
       .def_rw("prefill_tokens_per_s", &SharedTierConfig::prefill_tokens_per_s)
       .def_rw("fetch_bytes_per_s", &SharedTierConfig::fetch_bytes_per_s);

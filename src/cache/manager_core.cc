@@ -23,7 +23,7 @@ ManagerCore::ManagerCore(StoragePlan p, std::unique_ptr<memory::MemoryBackend> b
       rebalancer_(find_rebalance_policy(plan_.config().policies.rebalance).value()) {
   for (const TierPlan& t : plan_.tiers()) quotas_.push_back(t.quota);
   if (plan_.config().shared.store)
-    shared_ = std::make_unique<SharedTier>(plan_, plan_.config().shared);
+    shared_ = std::make_unique<SharedTier>(plan_, plan_.config().shared, *backend_);
 }
 
 Status ManagerCore::expect_state(uint32_t id, CacheState want, const char* op) const {

@@ -241,6 +241,9 @@ class ManagerCore {
   // The transfers between a page's slot (every pool, in order) and `host` (the slot's bytes
   // there, contiguous); none when the CPU cannot reach the page's memory (DISK).
   std::vector<PoolTransfer> slot_transfers(PageId page, std::byte* host) const;
+  // Whether a copy can read the page's bytes into host memory (a memory tier of a backend
+  // with bytes).
+  bool readable(PageId page) const;
   void share_commit(const std::vector<prefix::NodeId>& blocks, prefix::NodeId snapshot);
   static SharedObjectKind kind_of(const CacheGroup& g);
   void local_blocks(const ReuseScope& scope, std::span<const int32_t> tokens,

@@ -20,6 +20,11 @@ bool ManagerCore::has_recurrent_groups() const {
   return false;
 }
 
+bool ManagerCore::readable(PageId page) const {
+  const storage::Page& p = storage_.page(page);
+  return p.tier != TierKind::kDisk && backend_->pool_base(p.tier, p.pool_group, 0) != nullptr;
+}
+
 std::vector<PoolTransfer> ManagerCore::slot_transfers(PageId page, std::byte* host) const {
   const storage::Page& p = storage_.page(page);
   const PoolGroup& pg = plan_.pool_group(p.pool_group);
@@ -63,34 +68,24 @@ void ManagerCore::share_commit(const std::vector<NodeId>& blocks, NodeId snapsho
     }
   }
   if (send.empty()) return;
-  std::vector<PageId> pages;
-  CopyEvent latest;
-  for (const auto& [n, g] : send) {
-    pages.push_back(tree.pages(n)[g.value].page);
-    const CopyEvent ready = storage_.page(pages.back()).ready;
-    if (ready.ticket > latest.ticket) latest = ready;
-  }
-  backend_->wait(latest);  // the snapshot copies this commit queued (host memory: short)
-  // One staging region per page, every page's transfers read in one call.
-  std::vector<std::vector<std::byte>> bytes;
-  std::vector<PoolTransfer> all;
-  std::vector<bool> readable;
-  for (PageId pid : pages) {
-    bytes.emplace_back(plan_.pool_group(storage_.page(pid).pool_group).slot_bytes);
-    const std::vector<PoolTransfer> t = slot_transfers(pid, bytes.back().data());
-    readable.push_back(!t.empty());
-    all.insert(all.end(), t.begin(), t.end());
-  }
-  backend_->read_many(all);
+  // Each object's payload is a copy of its page's slot, queued now behind the copies this commit
+  // submitted (the snapshots); the publisher waits for it. Pages the CPU cannot reach (DISK, the
+  // none backend) are not sent; beyond the queue's room, objects are dropped (counted).
   std::vector<SharedTier::Object> objects;
-  for (size_t i = 0; i < send.size(); ++i) {
-    if (!readable[i]) continue;
-    const auto [n, g] = send[i];
+  for (const auto& [n, g] : send) {
+    const PageId page = tree.pages(n)[g.value].page;
+    if (!readable(page)) continue;
     const SharedObjectKind kind = kind_of(plan_.cache_group(g));
-    objects.push_back({shared_->key(kind, g, tree.node(n).key),
-                       encode_shared_object(shared_->header(kind, tree.node(n).tokens), bytes[i])});
+    std::optional<SharedTier::Object> o =
+        shared_->object(shared_->key(kind, g, tree.node(n).key),
+                        shared_->header(kind, tree.node(n).tokens),
+                        plan_.pool_group(storage_.page(page).pool_group).slot_bytes);
+    if (!o) continue;
+    storage_.copy_out(page, o->buffer.get() + kSharedObjectHeaderBytes);
+    objects.push_back(std::move(*o));
   }
-  shared_->publish(std::move(objects));
+  if (objects.empty()) return;
+  shared_->publish(storage_.flush(), std::move(objects));
 }
 
 }  // namespace hybridkv::cache_detail

@@ -27,11 +27,14 @@ uint64_t layout_fingerprint(const StoragePlan& plan, const std::string& model_id
   return XXH3_64bits(text.data(), text.size());
 }
 
-SharedTier::SharedTier(const StoragePlan& plan, const SharedTierConfig& config)
+SharedTier::SharedTier(const StoragePlan& plan, const SharedTierConfig& config,
+                       memory::MemoryBackend& backend)
     : store_(config.store),
+      backend_(backend),
       fingerprint_(layout_fingerprint(plan, config.model_id)),
       rank_(config.rank),
       max_queued_(config.max_queued_objects),
+      max_queued_bytes_(config.max_queued_bytes),
       max_lookup_blocks_(config.max_lookup_blocks),
       prefill_tokens_per_s_(config.prefill_tokens_per_s),
       fetch_bytes_per_s_(config.fetch_bytes_per_s),
@@ -58,18 +61,43 @@ SharedObjectHeader SharedTier::header(SharedObjectKind kind,
   return {kind, fingerprint_, XXH3_64bits(tokens.data(), tokens.size_bytes())};
 }
 
-void SharedTier::publish(std::vector<Object> objects) {
+std::optional<SharedTier::Object> SharedTier::object(std::string key,
+                                                     const SharedObjectHeader& header,
+                                                     size_t payload) {
+  const size_t bytes = kSharedObjectHeaderBytes + payload + kSharedObjectTrailerBytes;
+  memory::HostBuffer buffer;
   {
     std::lock_guard lock(mu_);
-    for (Object& o : objects) {
-      if (queue_.size() >= max_queued_) {
-        ++stats_.objects_dropped;
-        continue;
-      }
-      queue_.push_back(std::move(o));
+    if (taken_objects_ >= max_queued_ || taken_bytes_ + bytes > max_queued_bytes_) {
+      ++stats_.objects_dropped;
+      return std::nullopt;
+    }
+    ++taken_objects_;
+    taken_bytes_ += bytes;
+    auto it = spare_.find(bytes);
+    if (it != spare_.end() && !it->second.empty()) {
+      buffer = std::move(it->second.back());
+      it->second.pop_back();
+      spare_bytes_ -= bytes;
     }
   }
+  if (!buffer) buffer = backend_.host_buffer(bytes);
+  return Object{std::move(key), header, std::move(buffer), bytes};
+}
+
+void SharedTier::publish(CopyEvent ready, std::vector<Object> objects) {
+  {
+    std::lock_guard lock(mu_);
+    for (Object& o : objects) queue_.push_back({ready, std::move(o)});
+  }
   wake_.notify_one();
+}
+
+void SharedTier::recycle(memory::HostBuffer buffer, size_t bytes) {
+  constexpr uint64_t kSpareBytes = 256ull << 20;
+  if (spare_bytes_ + bytes > kSpareBytes) return;  // freed here
+  spare_[bytes].push_back(std::move(buffer));
+  spare_bytes_ += bytes;
 }
 
 void SharedTier::drain() {
@@ -99,41 +127,61 @@ bool SharedTier::slower_than_recomputing(uint64_t bytes, uint64_t tokens) const 
          static_cast<double>(tokens) / prefill_tokens_per_s_;
 }
 
-// The publisher: takes up to a batch of objects, writes them in one pipelined call (write-once:
-// an object another instance wrote first is left as it is), counts, and repeats.
+// The publisher: takes up to a batch of objects, waits for the copies that fill them, seals
+// them, writes them in one pipelined call (write-once: an object another instance wrote first is
+// left as it is), counts, and repeats.
 void SharedTier::run() {
   constexpr size_t kBatch = 32;
   std::unique_lock lock(mu_);
   for (;;) {
     wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stop_ with nothing left
-    std::vector<Object> batch;
+    std::vector<Queued> batch;
     while (!queue_.empty() && batch.size() < kBatch) {
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
     writing_ = true;
     lock.unlock();
-    std::vector<std::string> keys;
-    std::vector<std::span<const std::byte>> values;
-    for (const Object& o : batch) {
-      keys.push_back(o.key);
-      values.emplace_back(o.bytes);
-    }
-    const std::vector<StoreOutcome> out = store_->put(keys, values);
+    write(batch);
     lock.lock();
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (out[i] == StoreOutcome::kOk) {
-        ++stats_.objects_published;
-        stats_.bytes_published += batch[i].bytes.size();
-      } else if (out[i] == StoreOutcome::kExists) {
-        ++stats_.objects_present;
-      } else {
-        ++stats_.publish_failures;
-      }
+    for (Queued& q : batch) {
+      --taken_objects_;
+      taken_bytes_ -= q.object.bytes;
+      recycle(std::move(q.object.buffer), q.object.bytes);
     }
     writing_ = false;
     if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+// Requires: mu_ not held. Counts under mu_.
+void SharedTier::write(std::vector<Queued>& batch) {
+  CopyEvent latest;
+  for (const Queued& q : batch) {
+    if (q.ready.ticket > latest.ticket) latest = q.ready;
+  }
+  backend_.wait(latest);  // memory-to-memory copies: they do not fail
+  std::vector<std::string> keys;
+  std::vector<std::span<const std::byte>> values;
+  for (Queued& q : batch) {
+    const std::span<std::byte> bytes(q.object.buffer.get(), q.object.bytes);
+    seal_shared_object(q.object.header, bytes);
+    keys.push_back(q.object.key);
+    values.emplace_back(bytes);
+  }
+  const std::vector<StoreOutcome> out = store_->put(keys, values);
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StoreOutcome o = out[i];
+    if (o == StoreOutcome::kOk) {
+      ++stats_.objects_published;
+      stats_.bytes_published += batch[i].object.bytes;
+    } else if (o == StoreOutcome::kExists) {
+      ++stats_.objects_present;
+    } else {
+      ++stats_.publish_failures;
+    }
   }
 }
 

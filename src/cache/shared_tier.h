@@ -1,17 +1,21 @@
 // SharedTier: the manager's side of the tier shared by every serving instance (DESIGN §8a,
 // ManagerConfig::shared). It names objects (the tree's chained block key, the model-and-layout
-// fingerprint, the rank), writes them in the background (a publisher thread and a bounded queue:
-// a commit copies the bytes out and returns; the store is never waited on), and counts what the
-// fetches found. The fetch itself (cache/shared_fetch.cc) runs in the manager.
+// fingerprint, the rank), writes them in the background and counts what the fetches found. A
+// commit only queues copies of the pages' slots into host buffers on the backend's copy queue
+// (Storage::copy_out) and hands the buffers over: the publisher thread waits for those copies,
+// seals each object (header, checksum) and writes it. The step never reads a page's bytes and
+// never waits for the store. The fetch itself (cache/shared_fetch.cc) runs in the manager.
 //
-// Thread-safety: publish, drain and stats may be called from any thread.
+// Thread-safety: every public method may be called from any thread.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -22,6 +26,7 @@
 #include "hybridkv/reuse.h"
 #include "hybridkv/shared_object.h"
 #include "hybridkv/shared_store.h"
+#include "memory/backend.h"
 
 namespace hybridkv::cache_detail {
 
@@ -36,21 +41,29 @@ struct SharedBlock {
 
 class SharedTier {
  public:
-  SharedTier(const StoragePlan& plan, const SharedTierConfig& config);
+  // `backend` runs the copies and gives the buffers; it outlives the tier.
+  SharedTier(const StoragePlan& plan, const SharedTierConfig& config,
+             memory::MemoryBackend& backend);
   ~SharedTier();  // writes what is queued, then stops
   SharedTier(const SharedTier&) = delete;
   SharedTier& operator=(const SharedTier&) = delete;
 
-  // One object to write: its key and its encoded bytes.
+  // One object to write: its key, its header, and its bytes: `bytes` of `buffer`, the payload
+  // after kSharedObjectHeaderBytes (written by a copy), header and checksum sealed on writing.
   struct Object {
     std::string key;
-    std::vector<std::byte> bytes;
+    SharedObjectHeader header;
+    memory::HostBuffer buffer;
+    size_t bytes = 0;
   };
   std::string key(SharedObjectKind kind, CacheGroupId group, const BlockKey& chain) const;
   SharedObjectHeader header(SharedObjectKind kind, std::span<const int32_t> tokens) const;
-
-  // Queues objects for the publisher; beyond max_queued_objects they are dropped (counted).
-  void publish(std::vector<Object> objects);
+  // An object of `payload` bytes with its buffer (a written object's, when one of that size is
+  // spare; else new from the backend), its room in the queue taken; nullopt (counted as
+  // dropped) when the queue is full (max_queued_objects, max_queued_bytes).
+  std::optional<Object> object(std::string key, const SharedObjectHeader& header, size_t payload);
+  // Queues objects (made by object()) whose payloads the copies of `ready` write.
+  void publish(CopyEvent ready, std::vector<Object> objects);
   // Returns once everything queued has been written (or failed).
   void drain();
 
@@ -63,21 +76,34 @@ class SharedTier {
   void count_fetch(const SharedFetch& f);
 
  private:
+  struct Queued {
+    CopyEvent ready;
+    Object object;
+  };
   void run();
+  void write(std::vector<Queued>& batch);
+  void recycle(memory::HostBuffer buffer, size_t bytes);
 
   const std::shared_ptr<SharedStore> store_;
+  memory::MemoryBackend& backend_;
   const uint64_t fingerprint_;
   const uint32_t rank_;
   const uint32_t max_queued_;
+  const uint64_t max_queued_bytes_;
   const uint32_t max_lookup_blocks_;
   const double prefill_tokens_per_s_;
   const double fetch_bytes_per_s_;
   mutable std::mutex mu_;
   std::condition_variable wake_, idle_;
-  std::deque<Object> queue_;
+  std::deque<Queued> queue_;
+  uint64_t taken_objects_ = 0, taken_bytes_ = 0;  // room taken: queued, being made or written
   bool writing_ = false;
   bool stop_ = false;
   SharedTierStats stats_;
+  // Buffers of written objects by size, for the next objects of that size (at most
+  // kSpareBytes in all): pinned buffers are slow to make.
+  std::map<size_t, std::vector<memory::HostBuffer>> spare_;
+  uint64_t spare_bytes_ = 0;
   std::thread writer_;  // last: started when everything above is ready
 };
 

@@ -33,7 +33,19 @@ struct SlotCopy {
   TierKind dst_tier = TierKind::kGpu;
   uint32_t dst_slot = 0;
   bool cancelled = false;  // skipped by the copy engine (see MemoryBackend::cancel)
+  // Set: the copy reads the source slot (every pool, in order, contiguous) into this host
+  // memory instead of a slot (dst_tier and dst_slot unused); it must come from host_buffer().
+  std::byte* dst_host = nullptr;
 };
+
+// Host memory the copy engine can write (SlotCopy::dst_host), freed by its deleter.
+struct HostBufferFree {
+  void (*release)(std::byte*) = nullptr;
+  void operator()(std::byte* p) const {
+    if (p != nullptr) release(p);
+  }
+};
+using HostBuffer = std::unique_ptr<std::byte, HostBufferFree>;
 
 class MemoryBackend {
  public:
@@ -60,6 +72,9 @@ class MemoryBackend {
   // `bytes` for a step's index buffers at a fixed address (step_area.h): device memory on the
   // CUDA backend, host memory elsewhere.
   virtual Result<std::unique_ptr<StepArea>> make_step_area(size_t bytes);
+  // `bytes` of host memory a SlotCopy::dst_host may point into: pinned and mapped on the CUDA
+  // backend, plain memory elsewhere (64-byte aligned). Thread-safe.
+  virtual HostBuffer host_buffer(size_t bytes);
 
   // --- pools that grow and shrink (runtime quotas, rebalancing) ---
   // Backs the first `slots` slots of every pool of (tier, pool group); on failure nothing new

@@ -163,6 +163,16 @@ cuda::PieceKind piece_kind(Conversion conversion) {
 
 void CudaBackend::add_pieces(const SlotCopy& c) {
   if (c.cancelled) return;
+  if (c.dst_host != nullptr) {  // the slot's pools, one after the other, into mapped memory
+    std::byte* at = c.dst_host;
+    for (uint32_t p = 0; p < pools_per_group_.at(c.pool_group.value); ++p) {
+      const uint64_t n = pools_.at(key(c.src_tier, c.pool_group, p)).slot_bytes;
+      split(slot_at(c.src_tier, c.pool_group, p, c.src_slot), at, n, cuda::kPieceCopy,
+            cuda::kPieceBytes);
+      at += n;
+    }
+    return;
+  }
   if (!c.dst_pool_group) {
     const uint32_t pools = pools_per_group_.at(c.pool_group.value);
     // Within the device, bigger pieces: fewer to build and send for the same bytes.
@@ -205,6 +215,13 @@ CopyEvent CudaBackend::submit(std::vector<SlotCopy> batch) {
         for (size_t i = first; i < last; ++i) {
           const SlotCopy& c = batch[i];
           ensure_mark(c.src_tier, c.pool_group, c.src_slot);
+          if (c.dst_host != nullptr) {  // writes no slot: waits only for one that wrote its source
+            if (mark(c.src_tier, c.pool_group, c.src_slot).written == wave_) launch();
+            mark(c.src_tier, c.pool_group, c.src_slot).read = wave_;
+            add_pieces(c);
+            if (pieces_.size() >= kLaunchPieces) launch();
+            continue;
+          }
           ensure_mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
           SlotMark& src = mark(c.src_tier, c.pool_group, c.src_slot);
           SlotMark& dst = mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);

@@ -72,6 +72,7 @@ class CudaBackend final : public MemoryBackend {
                                         std::span<const DType> dtypes) const override;
   Status copy_status() const override { return disk_ ? disk_->status() : Status::ok(); }
   Result<std::unique_ptr<StepArea>> make_step_area(size_t bytes) override;
+  HostBuffer host_buffer(size_t bytes) override;  // pinned, mapped: the copy kernel writes it
 
  private:
   struct PoolMemory {

@@ -75,6 +75,15 @@ std::byte* CudaBackend::staging_for(uint64_t bytes) {
   return staging_;
 }
 
+HostBuffer CudaBackend::host_buffer(size_t bytes) {
+  void* p = nullptr;
+  HKV_CUDA_OK(cudaSetDevice(device_));
+  HKV_CUDA_OK(
+      cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+  return HostBuffer(static_cast<std::byte*>(p),
+                    HostBufferFree{[](std::byte* q) { (void)cudaFreeHost(q); }});
+}
+
 void CudaBackend::read_many(std::span<const PoolTransfer> transfers) {
   transfer_many(transfers, false);
 }

@@ -192,6 +192,15 @@ class HostBackend final : public MemoryBackend {
       return;
     }
     const uint32_t pools = pools_per_group_.at(c.pool_group.value);
+    if (c.dst_host != nullptr) {  // the slot's pools, one after the other, into host memory
+      std::byte* at = c.dst_host;
+      for (uint32_t p = 0; p < pools; ++p) {
+        const uint64_t n = regions_.at(key(c.src_tier, c.pool_group, p)).slot_bytes;
+        std::memcpy(at, slot_bytes_at(c.src_tier, c.pool_group, p, c.src_slot), n);
+        at += n;
+      }
+      return;
+    }
     for (uint32_t p = 0; p < pools; ++p) {
       std::memcpy(slot_bytes_at(c.dst_tier, c.pool_group, p, c.dst_slot),
                   slot_bytes_at(c.src_tier, c.pool_group, p, c.src_slot),

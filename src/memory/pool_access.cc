@@ -1,7 +1,10 @@
 // The CPU defaults of MemoryBackend's byte access: pool memory the CPU can address (the host
 // backend, and the HOST tier of every backend).
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include "util/check.h"
 
 #include "memory/backend.h"
 
@@ -39,6 +42,13 @@ void MemoryBackend::read_bytes(void* dst, const std::byte* src, size_t n) const 
 
 void MemoryBackend::write_bytes(std::byte* dst, const void* src, size_t n) const {
   std::memcpy(dst, src, n);
+}
+
+HostBuffer MemoryBackend::host_buffer(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+  HKV_CHECK(p != nullptr, "host_buffer: %zu bytes not available", bytes);
+  return HostBuffer(p, HostBufferFree{[](std::byte* q) { std::free(q); }});
 }
 
 void MemoryBackend::read_many(std::span<const PoolTransfer> transfers) {

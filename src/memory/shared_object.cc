@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "util/check.h"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -34,22 +36,29 @@ Status corrupt(const std::string& what) {
 
 }  // namespace
 
-std::vector<std::byte> encode_shared_object(const SharedObjectHeader& header,
-                                            std::span<const std::byte> payload) {
-  std::vector<std::byte> out(kSharedObjectHeaderBytes + payload.size() + kSharedObjectTrailerBytes);
-  std::memcpy(out.data(), kMagic, 4);
+void seal_shared_object(const SharedObjectHeader& header, std::span<std::byte> object) {
+  const size_t framing = kSharedObjectHeaderBytes + kSharedObjectTrailerBytes;
+  HKV_CHECK(object.size() >= framing, "seal_shared_object: %zu bytes", object.size());
+  std::byte* out = object.data();
+  std::memcpy(out, kMagic, 4);
   out[4] = std::byte(kSharedObjectVersion & 0xff);
   out[5] = std::byte(kSharedObjectVersion >> 8);
   out[6] = std::byte(static_cast<uint8_t>(header.kind));
   out[7] = std::byte{0};
-  put_u64(out.data() + 8, header.fingerprint);
-  put_u64(out.data() + 16, header.token_digest);
-  put_u64(out.data() + 24, payload.size());
+  put_u64(out + 8, header.fingerprint);
+  put_u64(out + 16, header.token_digest);
+  put_u64(out + 24, object.size() - framing);
+  const size_t body = object.size() - kSharedObjectTrailerBytes;
+  put_u64(out + body, XXH3_64bits(out, body));
+}
+
+std::vector<std::byte> encode_shared_object(const SharedObjectHeader& header,
+                                            std::span<const std::byte> payload) {
+  std::vector<std::byte> out(kSharedObjectHeaderBytes + payload.size() + kSharedObjectTrailerBytes);
   if (!payload.empty()) {
     std::memcpy(out.data() + kSharedObjectHeaderBytes, payload.data(), payload.size());
   }
-  const size_t body = kSharedObjectHeaderBytes + payload.size();
-  put_u64(out.data() + body, XXH3_64bits(out.data(), body));
+  seal_shared_object(header, out);
   return out;
 }
 

@@ -214,6 +214,8 @@ static void check_shared(const SharedTierConfig& s, Errors& errors) {
   if (s.model_id.empty())
     errors.add("shared.model_id must name the model when shared.store is set");
   if (s.max_lookup_blocks == 0) errors.add("shared.max_lookup_blocks 0 must be > 0");
+  if (s.max_queued_objects == 0) errors.add("shared.max_queued_objects 0 must be > 0");
+  if (s.max_queued_bytes == 0) errors.add("shared.max_queued_bytes 0 must be > 0");
   if (!(s.prefill_tokens_per_s >= 0)) {
     errors.add("shared.prefill_tokens_per_s ", s.prefill_tokens_per_s, " must be >= 0");
   }

@@ -386,6 +386,15 @@ void Storage::copy_page(PageId src, PageId dst) {
   stats_.groups[s.group.value].device_copy_bytes += plan_.pool_group(d.pool_group).slot_bytes;
 }
 
+void Storage::copy_out(PageId id, std::byte* host) {
+  const Page& p = page(id);
+  HKV_CHECK(p.live && p.tier != TierKind::kDisk, "copy_out of page %u: not in memory", id.value);
+  memory::SlotCopy c{p.pool_group, std::nullopt, p.tier, p.slot.value, p.tier, p.slot.value};
+  c.dst_host = host;
+  pending_.push_back(c);
+  read_by_batch(p.tier_index, p.pool_group, p.slot);
+}
+
 void Storage::pin(PageId id) {
   dequeue(id);
   mutable_page(id).pinned = true;

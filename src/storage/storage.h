@@ -150,6 +150,11 @@ class Storage {
   // a live state and a reduced-precision snapshot of one group it converts. dst becomes ready
   // when the copy completes; src may not be overwritten before then.
   void copy_page(PageId src, PageId dst);
+  // Queues a copy of the page's slot bytes (every pool, in order) into `host` (memory from
+  // MemoryBackend::host_buffer): readable once the batch's event completes. The page is not
+  // held: whoever takes its slot next writes it after the copy; the page itself does not wait.
+  // Requires: the page's tier is in memory (not DISK).
+  void copy_out(PageId id, std::byte* host);
   // Submits the copies collected since the last flush; returns their event.
   CopyEvent flush();
 

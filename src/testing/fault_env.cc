@@ -15,7 +15,8 @@ bool FaultInjectionEnv::write_at(int fd, const void* src, size_t n, uint64_t off
 void FaultInjectionEnv::run_copies(const std::function<void()>& batch) {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return gate_open_; });
+    cv_.wait(lock, [&] { return gate_open_ || let_through_ > 0; });
+    if (!gate_open_) --let_through_;
   }
   batch();
   ++batches_run_;
@@ -25,6 +26,15 @@ void FaultInjectionEnv::set_copy_gate(bool open) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     gate_open_ = open;
+    let_through_ = 0;
+  }
+  cv_.notify_all();
+}
+
+void FaultInjectionEnv::let_copies_through(uint64_t batches) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    let_through_ += batches;
   }
   cv_.notify_all();
 }

@@ -8,7 +8,8 @@
 //   says which write failed).
 // - set_copy_gate(false): the host backend's copy thread holds the next batch (and every one
 //   after it) until the gate opens, so a test proves nothing reads a page before its copy
-//   completed. Open the gate before the manager is destroyed.
+//   completed. Open the gate before the manager is destroyed. let_copies_through(n): the
+//   next n batches run while the gate stays shut (a test holds one batch behind others).
 //
 // Thread-safety: every call is thread-safe.
 #pragma once
@@ -29,6 +30,7 @@ class FaultInjectionEnv : public Env {
 
   void set_disk_fault(bool on) { disk_fault_ = on; }
   void set_copy_gate(bool open);
+  void let_copies_through(uint64_t batches);
   // Batches run so far (for a test that waits until one is held).
   uint64_t batches_run() const { return batches_run_; }
 
@@ -38,6 +40,7 @@ class FaultInjectionEnv : public Env {
   std::mutex mu_;
   std::condition_variable cv_;
   bool gate_open_ = true;
+  uint64_t let_through_ = 0;
 };
 
 }  // namespace hybridkv::testing

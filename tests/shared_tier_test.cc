@@ -248,8 +248,10 @@ TEST_F(SharedTierTest, AFullQueueDropsObjectsAndCountsThem) {
   for (const bool by_bytes : {false, true}) {
     auto env = std::make_shared<testing::FaultInjectionEnv>();
     ManagerConfig c = config();
-    if (by_bytes) c.shared.max_queued_bytes = 1;  // no object fits
-    else c.shared.max_queued_objects = 4;
+    if (by_bytes)
+      c.shared.max_queued_bytes = 1;  // no object fits
+    else
+      c.shared.max_queued_objects = 4;
     auto a = std::move(KvCacheManager::create(c, {BackendKind::kHost, 0, env})).value();
     testing::FakeEngine engine(*a);
     Request r = make_request(*a, testing::random_tokens(rng_, 300), 192);

@@ -128,12 +128,12 @@ class SharedStore;
 // prompt's blocks from it into the local tree as far as the hybrid rule allows: the KV chain
 // complete and a snapshot at its end for every recurrent group.
 struct SharedTierConfig {
-  std::shared_ptr<SharedStore> store;  // null: no shared tier
-  std::string model_id;                // names the model and weights: part of every key
-  uint32_t rank = 0;                   // tensor-parallel rank: each rank shares its own slice
-  uint32_t max_queued_objects = 4096;  // objects waiting to be written; more are dropped
+  std::shared_ptr<SharedStore> store;      // null: no shared tier
+  std::string model_id;                    // names the model and weights: part of every key
+  uint32_t rank = 0;                       // tensor-parallel rank: each rank shares its own slice
+  uint32_t max_queued_objects = 4096;      // objects waiting to be written; more are dropped
   uint64_t max_queued_bytes = 1ull << 30;  // their bytes (host memory); more are dropped
-  uint32_t max_lookup_blocks = 1024;   // blocks of a prompt looked up in the store at most
+  uint32_t max_lookup_blocks = 1024;       // blocks of a prompt looked up in the store at most
   // A fetch that would take longer than computing its tokens is skipped: the engine's prefill
   // rate (tokens per second; 0: never skip) against the store's rate (bytes per second;
   // bench/shared_store_bench measures it: about 1.5e9 on loopback, 2 vCPUs).

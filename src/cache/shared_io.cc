@@ -76,10 +76,9 @@ void ManagerCore::share_commit(const std::vector<NodeId>& blocks, NodeId snapsho
     const PageId page = tree.pages(n)[g.value].page;
     if (!readable(page)) continue;
     const SharedObjectKind kind = kind_of(plan_.cache_group(g));
-    std::optional<SharedTier::Object> o =
-        shared_->object(shared_->key(kind, g, tree.node(n).key),
-                        shared_->header(kind, tree.node(n).tokens),
-                        plan_.pool_group(storage_.page(page).pool_group).slot_bytes);
+    std::optional<SharedTier::Object> o = shared_->object(
+        shared_->key(kind, g, tree.node(n).key), shared_->header(kind, tree.node(n).tokens),
+        plan_.pool_group(storage_.page(page).pool_group).slot_bytes);
     if (!o) continue;
     storage_.copy_out(page, o->buffer.get() + kSharedObjectHeaderBytes);
     objects.push_back(std::move(*o));

@@ -15,12 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "cache/shared_tier.h"
-#include "hybridkv/shared_object.h"
-#include "hybridkv/testing/fault_env.h"
-#include "lifecycle_fixture.h"
-#include "prefix/block_hash.h"
 #include "redis_server.h"
+#include "shared_fixture.h"
 
 namespace hybridkv {
 namespace {
@@ -30,13 +26,13 @@ using testing::make_request;
 using testing::RedisServer;
 using testing::Request;
 
-constexpr uint32_t kTpb = 16;
 // The fleet test's requests: the second instance first finds something of the first's at 60
 // (at 30 it finds nothing), so the sanitized builds, ~10x slower, leave the test to release.
 constexpr int kFleetLimit = 60;
-constexpr CacheGroupId kSsm(0), kFull(2);
+constexpr uint32_t kTpb = testing::kSharedTpb;
+constexpr CacheGroupId kSsm = testing::kSharedSsm, kFull = testing::kSharedFull;
 
-class SharedTierTest : public ::testing::Test {
+class SharedTierTest : public testing::SharedFixture {
  protected:
   void SetUp() override {
     server_ = RedisServer::start();
@@ -44,69 +40,7 @@ class SharedTierTest : public ::testing::Test {
     store_ = std::shared_ptr<SharedStore>(open_redis_store(server_->config()).value().release());
   }
 
-  ManagerConfig config() const {
-    LifecycleModel m;
-    m.host_quota = 8ull << 20;
-    ManagerConfig c = testing::lifecycle_config(m);
-    c.shared.store = store_;
-    c.shared.model_id = "lifecycle-test";
-    return c;
-  }
-  std::unique_ptr<KvCacheManager> manager() const {
-    return std::move(KvCacheManager::create(config(), {BackendKind::kHost})).value();
-  }
-
-  // One instance serves `tokens[0, end)` committing at each of `commits` (snapshots there).
-  static Status serve(KvCacheManager& m, const std::vector<int32_t>& tokens,
-                      const std::vector<uint64_t>& commits) {
-    testing::FakeEngine engine(m);
-    Request r = make_request(m, tokens, commits.back());
-    if (Status s = r.cache->resume({}); !s) return s;
-    for (uint64_t at : commits) {
-      if (Status s = testing::advance(engine, r, at); !s) return s;
-      if (Status s = testing::commit_computed(r); !s) return s;
-    }
-    if (Status s = r.cache->close(); !s) return s;
-    m.flush_shared();
-    return Status::ok();
-  }
-
-  // Another instance fetches the prompt, creates its request and checks every reused page.
-  static uint64_t fetch_and_verify(KvCacheManager& m, const std::vector<int32_t>& tokens,
-                                   SharedFetch* fetch = nullptr) {
-    Result<SharedFetch> f = m.fetch_shared({}, std::span(tokens).first(250));
-    EXPECT_TRUE(f.is_ok()) << f.status().to_string();
-    if (fetch != nullptr && f.is_ok()) *fetch = *f;
-    testing::FakeEngine engine(m);
-    Request r = make_request(m, tokens, 250);
-    const uint64_t reused = r.cache->reuse_match().reused_tokens;
-    EXPECT_EQ(reused, f.is_ok() ? f->hit_tokens : 0);
-    EXPECT_TRUE(r.cache->resume({}).is_ok());
-    const Status v = engine.verify(*r.cache, r.fake);
-    EXPECT_TRUE(v.is_ok()) << v.to_string();
-    EXPECT_TRUE(testing::advance(engine, r, 300).is_ok());  // and it computes on from there
-    EXPECT_EQ(testing::check_invariants(m), "");
-    return reused;
-  }
-
-  // The store key of block `b` of `group` of `tokens` (what every instance computes).
-  std::string key(const std::vector<int32_t>& tokens, uint64_t b, CacheGroupId group) const {
-    const Result<StoragePlan> plan = StoragePlan::build(config());
-    prefix::BlockHasher hasher(BlockHash::kSha256);
-    BlockKey chain = hasher.root({});
-    for (uint64_t i = 0; i <= b; ++i)
-      chain = hasher.key(chain, std::span(tokens).subspan(i * kTpb, kTpb));
-    uint64_t digest = 0;
-    std::memcpy(&digest, chain.data(), sizeof digest);
-    const SharedObjectKind kind =
-        group == kSsm ? SharedObjectKind::kSnapshot : SharedObjectKind::kKvBlock;
-    return shared_object_key(cache_detail::layout_fingerprint(*plan, "lifecycle-test"), 0, kind,
-                             group.value, digest);
-  }
-
-  std::mt19937_64 rng_{33};
   std::unique_ptr<RedisServer> server_;
-  std::shared_ptr<SharedStore> store_;
 };
 
 TEST_F(SharedTierTest, AnotherInstanceFetchesAPrefixByteExact) {
@@ -200,72 +134,6 @@ TEST_F(SharedTierTest, ADeadStoreCostsMissesNeverAStall) {
   auto c = manager();
   ASSERT_OK(serve(*c, tokens, {96, 192}));
   EXPECT_GT(c->shared_stats().objects_published, 0u);
-}
-
-// A commit only queues its pages' copies (the step never reads them): the request's pages may
-// lose their slots to another request before the copies run. The new owner writes those slots
-// only after the copies, so what is published is what was committed: another instance reads it
-// byte-exact. The publishing copies are held (FaultInjectionEnv) behind the commit's own
-// snapshot copies until the other request has its pages; with no HOST tier a page that loses its
-// slot is dropped, so no copy down orders the reuse instead.
-TEST_F(SharedTierTest, APublishedPageIsCopiedBeforeItsSlotIsReused) {
-  auto env = std::make_shared<testing::FaultInjectionEnv>();
-  ManagerConfig c = config();
-  c.tiers.resize(1);
-  auto a = std::move(KvCacheManager::create(c, {BackendKind::kHost, 0, env})).value();
-  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
-  testing::FakeEngine engine(*a);
-  Request r = make_request(*a, tokens, 192);
-  ASSERT_OK(r.cache->resume({}));
-  ASSERT_OK(testing::advance(engine, r, 192));
-  env->set_copy_gate(false);
-  ASSERT_OK(testing::commit_computed(r));  // a batch of snapshot copies, then the publishing one
-  env->let_copies_through(1);
-  while (env->batches_run() < 1) std::this_thread::yield();
-  ASSERT_OK(r.cache->close());
-  EXPECT_EQ(a->shared_stats().objects_published, 0u);  // nothing written: the copies wait
-  // Another request takes the whole GPU: every page of the committed prefix loses its slot.
-  Request other = make_request(*a, testing::random_tokens(rng_, 4000), 1);
-  ASSERT_OK(other.cache->resume({}));
-  uint64_t upto = 16;
-  while (other.cache->resize(upto + 16, 0).is_ok()) upto += 16;
-  EXPECT_GT(a->take_iteration_stats().pages_dropped, 12u);
-  std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    env->set_copy_gate(true);
-  });
-  ASSERT_OK(engine.step(*other.cache, other.fake, upto));  // writes after the copies
-  opener.join();
-  a->flush_shared();
-  EXPECT_GE(a->shared_stats().objects_published, 12u + 1u);
-  auto b = manager();
-  EXPECT_EQ(fetch_and_verify(*b, tokens), 192u);
-}
-
-// The queue is bounded in objects and in bytes: what does not fit is dropped and counted, and
-// the commit goes on (the copies are held, so nothing leaves the queue meanwhile).
-TEST_F(SharedTierTest, AFullQueueDropsObjectsAndCountsThem) {
-  for (const bool by_bytes : {false, true}) {
-    auto env = std::make_shared<testing::FaultInjectionEnv>();
-    ManagerConfig c = config();
-    if (by_bytes)
-      c.shared.max_queued_bytes = 1;  // no object fits
-    else
-      c.shared.max_queued_objects = 4;
-    auto a = std::move(KvCacheManager::create(c, {BackendKind::kHost, 0, env})).value();
-    testing::FakeEngine engine(*a);
-    Request r = make_request(*a, testing::random_tokens(rng_, 300), 192);
-    ASSERT_OK(r.cache->resume({}));
-    ASSERT_OK(testing::advance(engine, r, 192));
-    env->set_copy_gate(false);
-    // 16 objects to send: 12 full-attention blocks, the window's 3 and a snapshot.
-    ASSERT_OK(testing::commit_computed(r));
-    EXPECT_EQ(a->shared_stats().objects_dropped, by_bytes ? 16u : 12u) << by_bytes;
-    env->set_copy_gate(true);
-    a->flush_shared();
-    EXPECT_EQ(a->shared_stats().objects_published, by_bytes ? 0u : 4u) << by_bytes;
-    ASSERT_OK(r.cache->close());
-  }
 }
 
 // Several processes: two writer processes (each its own manager, its own prompt, one prefix in

@@ -246,6 +246,8 @@ class ManagerCore {
   bool readable(PageId page) const;
   void share_commit(const std::vector<prefix::NodeId>& blocks, prefix::NodeId snapshot);
   static SharedObjectKind kind_of(const CacheGroup& g);
+  // The payload of a group's objects: its page's bytes (none with the none backend).
+  uint64_t payload_bytes(const CacheGroup& g) const;
   void local_blocks(const ReuseScope& scope, std::span<const int32_t> tokens,
                     std::vector<BlockKey>& keys, std::set<SharedBlock>& local) const;
   std::set<SharedBlock> in_store(const std::vector<BlockKey>& keys,

@@ -8,9 +8,10 @@
 //     what the hit needs, each object checked (checksum, fingerprint, kind, the block's tokens).
 //     An object that fails its checks is deleted and counted, one missing between EXISTS and GET
 //     (evicted meanwhile) is a miss; either way the hit is computed again without it;
-//  3. (exclusive lock) the pages on the first tier below the GPU whose memory the CPU reaches
-//     (the GPU without one), room made there with the chain's own pages pinned, the bytes
-//     written, the pages published at their nodes: the next match finds them like any other.
+//  3. (exclusive lock) the pages on the HOST tier (the GPU without one), room made there with
+//     the chain's own pages pinned, the bytes written (none with the none backend: objects
+//     without payload, modelled), the pages published at their nodes: the next match finds
+//     them like any other.
 #include <cstring>
 #include <map>
 #include <set>
@@ -155,6 +156,10 @@ void ManagerCore::flush_shared() {
   if (shared_) shared_->drain();
 }
 
+uint64_t ManagerCore::payload_bytes(const CacheGroup& g) const {
+  return shared_->modelled() ? 0 : plan_.pool_group(g.page_pool_group(true)).slot_bytes;
+}
+
 SharedObjectKind ManagerCore::kind_of(const CacheGroup& g) {
   return g.kind == GroupKind::kSsm ? SharedObjectKind::kSnapshot : SharedObjectKind::kKvBlock;
 }
@@ -172,8 +177,7 @@ void ManagerCore::get_shared(const std::vector<SharedBlock>& need,
   for (const SharedBlock& w : need) {
     const CacheGroup& g = plan_.cache_group(w.group);
     get_keys.push_back(shared_->key(kind_of(g), w.group, keys[w.block]));
-    buffers.emplace_back(plan_.pool_group(g.page_pool_group(true)).slot_bytes +
-                         kSharedObjectHeaderBytes + kSharedObjectTrailerBytes);
+    buffers.emplace_back(payload_bytes(g) + kSharedObjectHeaderBytes + kSharedObjectTrailerBytes);
   }
   std::vector<std::span<std::byte>> spans(buffers.begin(), buffers.end());
   std::vector<uint64_t> sizes(need.size(), 0);
@@ -186,11 +190,10 @@ void ManagerCore::get_shared(const std::vector<SharedBlock>& need,
       const auto object = std::span<const std::byte>(buffers[i]).first(sizes[i]);
       const Result<std::span<const std::byte>> payload = open_shared_object(
           object, shared_->header(kind_of(g), tokens.subspan(w.block * tpb, tpb)));
-      const uint64_t slot = plan_.pool_group(g.page_pool_group(true)).slot_bytes;
-      if (payload && payload->size() == slot) {
+      if (payload && payload->size() == payload_bytes(g)) {
         fetched[w].assign(payload->begin(), payload->end());
         ++out.objects_fetched;
-        out.bytes_fetched += slot;
+        out.bytes_fetched += plan_.pool_group(g.page_pool_group(true)).slot_bytes;
         continue;
       }
     }
@@ -217,8 +220,7 @@ Status ManagerCore::adopt_shared(const ReuseScope& scope, std::span<const int32_
                                  SharedFetch& out) {
   storage::TierIndex tier = storage::kGpuTier;
   for (uint32_t t = 1; t < storage_.num_tiers(); ++t) {
-    if (backend_->pool_base(storage_.tier_kind(storage::TierIndex(t)),
-                            plan_.pool_groups().front().id, 0) != nullptr) {
+    if (storage_.tier_kind(storage::TierIndex(t)) == TierKind::kHost) {
       tier = storage::TierIndex(t);
       break;
     }

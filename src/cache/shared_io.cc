@@ -69,18 +69,22 @@ void ManagerCore::share_commit(const std::vector<NodeId>& blocks, NodeId snapsho
   }
   if (send.empty()) return;
   // Each object's payload is a copy of its page's slot, queued now behind the copies this commit
-  // submitted (the snapshots); the publisher waits for it. Pages the CPU cannot reach (DISK, the
-  // none backend) are not sent; beyond the queue's room, objects are dropped (counted).
+  // submitted (the snapshots); the publisher waits for it. Pages the CPU cannot reach (DISK) are
+  // not sent; the none backend sends objects without payload (modelled). Beyond the queue's
+  // room, objects are dropped (counted).
+  const bool modelled = shared_->modelled();
   std::vector<SharedTier::Object> objects;
   for (const auto& [n, g] : send) {
     const PageId page = tree.pages(n)[g.value].page;
-    if (!readable(page)) continue;
+    if (!modelled && !readable(page)) continue;
     const SharedObjectKind kind = kind_of(plan_.cache_group(g));
-    std::optional<SharedTier::Object> o = shared_->object(
-        shared_->key(kind, g, tree.node(n).key), shared_->header(kind, tree.node(n).tokens),
-        plan_.pool_group(storage_.page(page).pool_group).slot_bytes);
+    const uint64_t payload =
+        modelled ? 0 : plan_.pool_group(storage_.page(page).pool_group).slot_bytes;
+    std::optional<SharedTier::Object> o =
+        shared_->object(shared_->key(kind, g, tree.node(n).key),
+                        shared_->header(kind, tree.node(n).tokens), payload);
     if (!o) continue;
-    storage_.copy_out(page, o->buffer.get() + kSharedObjectHeaderBytes);
+    if (!modelled) storage_.copy_out(page, o->buffer.get() + kSharedObjectHeaderBytes);
     objects.push_back(std::move(*o));
   }
   if (objects.empty()) return;

@@ -9,7 +9,7 @@
 
 namespace hybridkv::cache_detail {
 
-uint64_t layout_fingerprint(const StoragePlan& plan, const std::string& model_id) {
+uint64_t layout_fingerprint(const StoragePlan& plan, const std::string& model_id, bool modelled) {
   std::ostringstream s;  // (not string concatenation: g++ 12 at -O3 warns on it, -Wrestrict)
   s << "model " << model_id << " tpb " << plan.config().tokens_per_block;
   for (const CacheGroup& g : plan.cache_groups()) {
@@ -23,6 +23,7 @@ uint64_t layout_fingerprint(const StoragePlan& plan, const std::string& model_id
   }
   if (plan.config().snapshot_dtype)
     s << " | snapshots " << static_cast<int>(*plan.config().snapshot_dtype);
+  if (modelled) s << " | modelled";
   const std::string text = s.str();
   return XXH3_64bits(text.data(), text.size());
 }
@@ -31,7 +32,8 @@ SharedTier::SharedTier(const StoragePlan& plan, const SharedTierConfig& config,
                        memory::MemoryBackend& backend)
     : store_(config.store),
       backend_(backend),
-      fingerprint_(layout_fingerprint(plan, config.model_id)),
+      modelled_(backend.kind() == BackendKind::kNone),
+      fingerprint_(layout_fingerprint(plan, config.model_id, modelled_)),
       rank_(config.rank),
       max_queued_(config.max_queued_objects),
       max_queued_bytes_(config.max_queued_bytes),

@@ -68,6 +68,8 @@ class SharedTier {
   void drain();
 
   SharedStore& store() const { return *store_; }
+  // The none backend's objects: no payload (a page's bytes are modelled, not kept).
+  bool modelled() const { return modelled_; }
   uint32_t max_lookup_blocks() const { return max_lookup_blocks_; }
   SharedTierStats stats() const;
   // Whether fetching `bytes` would take longer than computing `tokens` (the configured rates).
@@ -86,6 +88,7 @@ class SharedTier {
 
   const std::shared_ptr<SharedStore> store_;
   memory::MemoryBackend& backend_;
+  const bool modelled_;
   const uint64_t fingerprint_;
   const uint32_t rank_;
   const uint32_t max_queued_;
@@ -109,7 +112,9 @@ class SharedTier {
 
 // The fingerprint of a model's pages: the model id, tokens per block, every cache group's kind,
 // policy, window and layers, every pool group's pools and the snapshot dtype (two instances
-// share objects only when these agree).
-uint64_t layout_fingerprint(const StoragePlan& plan, const std::string& model_id);
+// share objects only when these agree); `modelled`: objects without bytes (the none backend),
+// never mixed with real ones.
+uint64_t layout_fingerprint(const StoragePlan& plan, const std::string& model_id,
+                            bool modelled = false);
 
 }  // namespace hybridkv::cache_detail

@@ -79,6 +79,7 @@ sanitize() {
       sanitizer_run $tool cuda_backend_test
       sanitizer_run $tool kv_cache_test --gtest_filter='*Suspend*:*Resume*:*Copy*'
       sanitizer_run $tool disk_tier_test
+      sanitizer_run $tool shared_memory_test
     done
     sanitizer_run memcheck reuse_test
     sanitizer_run memcheck snapshot_precision_test

@@ -9,38 +9,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
+
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string scratch(const std::string& name) {
-  const char* tmp = std::getenv("TMPDIR");
-  return std::string(tmp ? tmp : "/tmp") + "/hkv_cli_test_" + std::to_string(getpid()) + "_" + name;
-}
-
-CliRun run_cli(const std::string& args) {
-  const std::string out = scratch("out"), err = scratch("err");
-  const std::string cmd = std::string(HKV_CLI) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return r;
-}
+using hybridkv::testing::CliRun;
+using hybridkv::testing::run_cli;
+using hybridkv::testing::scratch;
+using hybridkv::testing::slurp;
 
 std::string model(const std::string& name) { return std::string(HKV_MODELS_DIR) + "/" + name; }
 

@@ -77,9 +77,8 @@ class SharedFixture : public ::testing::Test {
     std::memcpy(&digest, chain.data(), sizeof digest);
     const SharedObjectKind kind =
         group == kSharedSsm ? SharedObjectKind::kSnapshot : SharedObjectKind::kKvBlock;
-    return shared_object_key(
-        cache_detail::layout_fingerprint(*plan, "lifecycle-test", modelled), 0, kind,
-        group.value, digest);
+    return shared_object_key(cache_detail::layout_fingerprint(*plan, "lifecycle-test", modelled), 0,
+                             kind, group.value, digest);
   }
 
   std::mt19937_64 rng_{33};

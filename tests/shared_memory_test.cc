@@ -41,19 +41,20 @@ TEST(MemoryStore, WritesOnceAndEvictsTheLeastRecentlyUsedWithinItsLimit) {
   const std::vector<std::string> d = {"d"};
   EXPECT_EQ(store.put(d, std::span(values).first(1)).front(), StoreOutcome::kOk);
   // b was the least recently used: evicted; a (read) and c stay.
-  EXPECT_EQ(store.exists(keys), (std::vector<StoreOutcome>{StoreOutcome::kOk, StoreOutcome::kMissing,
-                                                           StoreOutcome::kOk}));
+  EXPECT_EQ(store.exists(keys), (std::vector<StoreOutcome>{
+                                    StoreOutcome::kOk, StoreOutcome::kMissing, StoreOutcome::kOk}));
   EXPECT_EQ(store.evictions(), 1u);
   EXPECT_EQ(store.bytes(), 30u);
   std::vector<std::byte> small(4);
   std::vector<std::span<std::byte>> small_spans = {small};
-  EXPECT_EQ(store.get(std::span(keys).first(1), small_spans, sizes).front(), StoreOutcome::kTooLarge);
+  EXPECT_EQ(store.get(std::span(keys).first(1), small_spans, sizes).front(),
+            StoreOutcome::kTooLarge);
   EXPECT_EQ(sizes[0], 10u);
   const std::vector<std::byte> big(31);
   const std::vector<std::span<const std::byte>> too_big = {big};
   EXPECT_EQ(store.put(std::vector<std::string>{"e"}, too_big).front(), StoreOutcome::kFailed);
-  EXPECT_EQ(store.remove(keys), (std::vector<StoreOutcome>{StoreOutcome::kOk, StoreOutcome::kMissing,
-                                                           StoreOutcome::kOk}));
+  EXPECT_EQ(store.remove(keys), (std::vector<StoreOutcome>{
+                                    StoreOutcome::kOk, StoreOutcome::kMissing, StoreOutcome::kOk}));
   EXPECT_EQ(store.objects(), 1u);
 }
 
@@ -190,9 +191,9 @@ TEST_F(SharedMemoryTest, TheNoneBackendModelsTheTier) {
   EXPECT_EQ(c->reuse_match().reused_tokens, 192u);
   EXPECT_EQ(testing::check_invariants(*b), "");
   // Without the snapshot at 192, the KV there is no hit.
-  ASSERT_EQ(store->remove(std::vector<std::string>{key(tokens, 11, testing::kSharedSsm, true)})
-                .front(),
-            StoreOutcome::kOk);
+  ASSERT_EQ(
+      store->remove(std::vector<std::string>{key(tokens, 11, testing::kSharedSsm, true)}).front(),
+      StoreOutcome::kOk);
   auto c2 = manager({BackendKind::kNone});
   EXPECT_EQ(c2->fetch_shared({}, std::span(tokens).first(250))->hit_tokens, 0u);
 }

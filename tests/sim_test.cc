@@ -15,34 +15,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
+
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string scratch(const std::string& name) {
-  const char* tmp = std::getenv("TMPDIR");
-  return std::string(tmp ? tmp : "/tmp") + "/hkv_sim_test_" + std::to_string(getpid()) + "_" + name;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-CliRun run_cli(const std::string& args) {
-  const std::string out = scratch("out"), err = scratch("err");
-  const int status =
-      std::system((std::string(HKV_CLI) + " " + args + " >" + out + " 2>" + err).c_str());
-  CliRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return r;
-}
+using hybridkv::testing::CliRun;
+using hybridkv::testing::run_cli;
+using hybridkv::testing::scratch;
+using hybridkv::testing::slurp;
 
 #ifdef HKV_SANITIZED
 constexpr int kVerifyLimit = 30;  // the sanitized CLI is ~10x slower

@@ -297,6 +297,15 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--instance", o.instance,
                   "K/N: serve the requests with index % N == K (several sims on one "
                   "--shared-redis make a fleet)");
+  sim->add_option("--instances", o.instances,
+                  "N: a fleet of N instances in this process, each with the quotas given, the "
+                  "requests routed among them (--router)");
+  sim->add_option("--router", o.router,
+                  "random, or prefix: to the instance sent the longest prefix of the prompt when "
+                  "it covers half of it, else the least loaded");
+  sim->add_option("--shared-quota", o.shared_quota,
+                  "a tier shared by the fleet's instances, of this many bytes, in memory "
+                  "(least recently used evicted; modelled with the none backend)");
   sim->add_option("--offload", o.offload,
                   "selective: evicted pages worth nothing to a hybrid request are dropped, not "
                   "copied down a tier; all: every evicted page that fits below is copied");
@@ -323,6 +332,7 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
 
 int run_sim_command(const SimOptions& o) {
   if (Status s = check_outputs_and_disk(o); !s) return fail(s.message());
+  if (Status s = check_fleet_options(o); !s) return fail(s.message());
   Result<ServingConfig> serving = serving_from(o);
   if (!serving) return fail(serving.status().message());
   if (Status s = add_shared_tier(o, *serving); !s) return fail(s.message());
@@ -340,6 +350,12 @@ int run_sim_command(const SimOptions& o) {
   if (!o.write_trace.empty()) {
     if (Status s = write_mooncake_trace(*trace, o.write_trace); !s)
       return fail("--write-trace: " + s.message());
+  }
+  if (o.instances > 1) {
+    return run_fleet(o, *serving, *trace,
+                     [&](const ServingConfig& s, const std::vector<TraceRequest>& share) {
+                       return create_manager(*model, s, *backend, share);
+                     });
   }
   Result<std::unique_ptr<HybridCacheManager>> created =
       create_manager(*model, *serving, *backend, *trace);

@@ -47,6 +47,12 @@ struct SimOptions {
   // "K/N": this process is instance K of N and serves the trace's requests with index % N == K
   // (several sim processes on one shared Redis make a fleet).
   std::string instance = "0/1";
+  // A fleet in this process (sim_fleet.cc): N instances, each with the quotas above, the
+  // trace's requests routed among them; --shared-quota: a shared tier of that many bytes in
+  // memory (modelled with the none backend).
+  uint32_t instances = 1;
+  std::string router = "prefix";
+  std::string shared_quota;
 };
 
 void add_sim_command(CLI::App& app, SimOptions& options);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -66,8 +67,23 @@ struct LinkRate {
 // Parses "DOWN,UP" (GB/s, both > 0); the error names `flag` and the text.
 Result<LinkRate> parse_link(const char* flag, const std::string& text);
 
-// Runs the scheduler loop over the trace; `engine` (may be null) writes and checks pages.
-// `bound` is reuse_bound(requests).
+class Scheduler;
+// The scheduler loop over a trace, one iteration at a time (a fleet ticks its instances in
+// turn); `engine` (may be null) writes and checks pages; `bound` is reuse_bound(requests).
+class SchedulerRun {
+ public:
+  SchedulerRun(const SimOptions& options, const std::vector<TraceRequest>& requests,
+               const std::vector<uint64_t>& bound, HybridCacheManager& manager,
+               testing::FakeEngine* engine);
+  ~SchedulerRun();
+  bool tick();  // false once every request finished (or an error stopped the run)
+  SimCounters finish();
+
+ private:
+  std::unique_ptr<Scheduler> s_;
+};
+
+// The whole loop at once.
 SimCounters run_scheduler(const SimOptions& options, const std::vector<TraceRequest>& requests,
                           const std::vector<uint64_t>& bound, HybridCacheManager& manager,
                           testing::FakeEngine* engine);
@@ -87,6 +103,14 @@ Result<std::pair<uint32_t, uint32_t>> parse_instance(const std::string& text);
 std::vector<TraceRequest> instance_share(const std::vector<TraceRequest>& trace, uint32_t k,
                                          uint32_t n);
 Status add_shared_tier(const SimOptions& options, ServingConfig& serving);
+
+// The fleet (sim_fleet.cc): --instances N --router --shared-quota. `make` builds one instance's
+// manager for its share of the trace.
+using ManagerFactory = std::function<Result<std::unique_ptr<HybridCacheManager>>(
+    const ServingConfig& serving, const std::vector<TraceRequest>& share)>;
+Status check_fleet_options(const SimOptions& options);
+int run_fleet(const SimOptions& options, ServingConfig serving,
+              const std::vector<TraceRequest>& trace, const ManagerFactory& make);
 
 // "hybridkv sim: <message>" on stderr; returns 2.
 int fail(const std::string& message);

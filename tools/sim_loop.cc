@@ -44,6 +44,8 @@ struct Running {
 
 bool older(const Running& a, const Running& b) { return a.order < b.order; }
 
+}  // namespace
+
 class Scheduler {
  public:
   Scheduler(const SimOptions& o, const std::vector<TraceRequest>& reqs,
@@ -53,7 +55,10 @@ class Scheduler {
     preempt_by_swap_ = h.plan().tiers().size() > 1;  // a colder tier can take suspended pages
   }
 
-  SimCounters run();
+  // One iteration: arrivals, resumption, admission and a step; false once the run is over
+  // (every request finished, or an error).
+  bool tick();
+  SimCounters finish_run();
 
  private:
   template <typename Fn>
@@ -141,7 +146,7 @@ void Scheduler::resume_suspended() {
 bool Scheduler::create(Running& r, const Waiting& w) {
   const TraceRequest& t = reqs_[w.index];
   const std::vector<int32_t> prompt = prompt_tokens(t);
-  if (!o_.shared_redis.empty() && w.order == kNoOrder) {  // a new request: the shared tier first
+  if (h_.serving().shared.store && w.order == kNoOrder) {  // a new request: the shared tier first
     const auto start = std::chrono::steady_clock::now();
     (void)h_.manager().fetch_shared({}, prompt);  // a miss (or no room) is not an error
     c_.shared_fetch_us +=
@@ -387,26 +392,31 @@ std::string Scheduler::stuck_message() const {
          "lower --max-batch";
 }
 
-SimCounters Scheduler::run() {
-  tty_ = !o_.quiet && isatty(STDERR_FILENO);
-  c_.peak.assign(h_.plan().pool_groups().size(), 0);
-  while (finished_ < reqs_.size() && c_.error.empty()) {
-    manager_us_ = 0;
-    arrivals();
-    resume_suspended();
-    admit();
-    if (!c_.error.empty()) break;
-    if (running_.empty() && suspended_.empty() && !admitting_ && waiting_.empty()) {
-      if (next_arrival_ < reqs_.size()) clock_ms_ = reqs_[next_arrival_].timestamp_ms;
-      continue;  // idle until the next arrival (or done: every request was skipped)
-    }
-    step();
-    if (!c_.error.empty()) break;
-    rebalance();
-    record_step();
-    if (steps_without_progress_ >= kStuckSteps) c_.error = stuck_message();
-    progress(false);
+bool Scheduler::tick() {
+  if (c_.steps == 0 && c_.peak.empty()) {
+    tty_ = !o_.quiet && isatty(STDERR_FILENO);
+    c_.peak.assign(h_.plan().pool_groups().size(), 0);
   }
+  if (finished_ >= reqs_.size() || !c_.error.empty()) return false;
+  manager_us_ = 0;
+  arrivals();
+  resume_suspended();
+  admit();
+  if (!c_.error.empty()) return false;
+  if (running_.empty() && suspended_.empty() && !admitting_ && waiting_.empty()) {
+    if (next_arrival_ < reqs_.size()) clock_ms_ = reqs_[next_arrival_].timestamp_ms;
+    return true;  // idle until the next arrival (or done: every request was skipped)
+  }
+  step();
+  if (!c_.error.empty()) return false;
+  rebalance();
+  record_step();
+  if (steps_without_progress_ >= kStuckSteps) c_.error = stuck_message();
+  progress(false);
+  return c_.error.empty();
+}
+
+SimCounters Scheduler::finish_run() {
   for (const TierStorage& t : h_.manager().storage_stats().tiers) {
     c_.end_slots.emplace_back();
     for (const PoolGroupStorage& pg : t.pool_groups) c_.end_slots.back().push_back(pg.total_slots);
@@ -420,12 +430,21 @@ SimCounters Scheduler::run() {
   return std::move(c_);
 }
 
-}  // namespace
+SchedulerRun::SchedulerRun(const SimOptions& options, const std::vector<TraceRequest>& requests,
+                           const std::vector<uint64_t>& bound, HybridCacheManager& manager,
+                           testing::FakeEngine* engine)
+    : s_(std::make_unique<Scheduler>(options, requests, bound, manager, engine)) {}
+SchedulerRun::~SchedulerRun() = default;
+bool SchedulerRun::tick() { return s_->tick(); }
+SimCounters SchedulerRun::finish() { return s_->finish_run(); }
 
 SimCounters run_scheduler(const SimOptions& options, const std::vector<TraceRequest>& requests,
                           const std::vector<uint64_t>& bound, HybridCacheManager& manager,
                           testing::FakeEngine* engine) {
-  return Scheduler(options, requests, bound, manager, engine).run();
+  SchedulerRun run(options, requests, bound, manager, engine);
+  while (run.tick()) {
+  }
+  return run.finish();
 }
 
 }  // namespace hybridkv::tools

@@ -78,11 +78,9 @@ void ManagerCore::share_commit(const std::vector<NodeId>& blocks, NodeId snapsho
     const PageId page = tree.pages(n)[g.value].page;
     if (!modelled && !readable(page)) continue;
     const SharedObjectKind kind = kind_of(plan_.cache_group(g));
-    const uint64_t payload =
-        modelled ? 0 : plan_.pool_group(storage_.page(page).pool_group).slot_bytes;
-    std::optional<SharedTier::Object> o =
-        shared_->object(shared_->key(kind, g, tree.node(n).key),
-                        shared_->header(kind, tree.node(n).tokens), payload);
+    std::optional<SharedTier::Object> o = shared_->object(
+        shared_->key(kind, g, tree.node(n).key), shared_->header(kind, tree.node(n).tokens),
+        plan_.pool_group(storage_.page(page).pool_group).slot_bytes);
     if (!o) continue;
     if (!modelled) storage_.copy_out(page, o->buffer.get() + kSharedObjectHeaderBytes);
     objects.push_back(std::move(*o));

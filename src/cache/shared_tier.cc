@@ -65,7 +65,8 @@ SharedObjectHeader SharedTier::header(SharedObjectKind kind,
 
 std::optional<SharedTier::Object> SharedTier::object(std::string key,
                                                      const SharedObjectHeader& header,
-                                                     size_t payload) {
+                                                     uint64_t page_bytes) {
+  const size_t payload = modelled_ ? 0 : page_bytes;
   const size_t bytes = kSharedObjectHeaderBytes + payload + kSharedObjectTrailerBytes;
   memory::HostBuffer buffer;
   {
@@ -84,7 +85,7 @@ std::optional<SharedTier::Object> SharedTier::object(std::string key,
     }
   }
   if (!buffer) buffer = backend_.host_buffer(bytes);
-  return Object{std::move(key), header, std::move(buffer), bytes};
+  return Object{std::move(key), header, std::move(buffer), bytes, page_bytes};
 }
 
 void SharedTier::publish(CopyEvent ready, std::vector<Object> objects) {
@@ -178,7 +179,7 @@ void SharedTier::write(std::vector<Queued>& batch) {
     const StoreOutcome o = out[i];
     if (o == StoreOutcome::kOk) {
       ++stats_.objects_published;
-      stats_.bytes_published += batch[i].object.bytes;
+      stats_.bytes_published += batch[i].object.page_bytes;
     } else if (o == StoreOutcome::kExists) {
       ++stats_.objects_present;
     } else {

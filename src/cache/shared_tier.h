@@ -55,13 +55,16 @@ class SharedTier {
     SharedObjectHeader header;
     memory::HostBuffer buffer;
     size_t bytes = 0;
+    uint64_t page_bytes = 0;  // the page's bytes (counted as published, modelled or not)
   };
   std::string key(SharedObjectKind kind, CacheGroupId group, const BlockKey& chain) const;
   SharedObjectHeader header(SharedObjectKind kind, std::span<const int32_t> tokens) const;
-  // An object of `payload` bytes with its buffer (a written object's, when one of that size is
+  // An object with a buffer for its payload (a written object's, when one of that size is
   // spare; else new from the backend), its room in the queue taken; nullopt (counted as
   // dropped) when the queue is full (max_queued_objects, max_queued_bytes).
-  std::optional<Object> object(std::string key, const SharedObjectHeader& header, size_t payload);
+  // `page_bytes`: the page's; the payload carries them (none when modelled).
+  std::optional<Object> object(std::string key, const SharedObjectHeader& header,
+                               uint64_t page_bytes);
   // Queues objects (made by object()) whose payloads the copies of `ready` write.
   void publish(CopyEvent ready, std::vector<Object> objects);
   // Returns once everything queued has been written (or failed).

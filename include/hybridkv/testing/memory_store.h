@@ -37,9 +37,9 @@ class MemoryStore : public SharedStore {
   Status ping() override { return Status::ok(); }
   StoreStats stats() const override;
 
-  uint64_t bytes() const;     // charged bytes held
-  uint64_t objects() const;   // objects held
-  uint64_t evictions() const; // objects evicted to stay within max_bytes
+  uint64_t bytes() const;      // charged bytes held
+  uint64_t objects() const;    // objects held
+  uint64_t evictions() const;  // objects evicted to stay within max_bytes
 
  private:
   struct Entry {

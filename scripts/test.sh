@@ -59,6 +59,9 @@ TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/storage_test --gtest_filter='Stora
 cmake --build build/tsan -j "$jobs" --target shared_tier_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/shared_tier_test \
   --gtest_filter='SharedTierTest.AFetchOnAWorkerThread*:SharedTierTest.AnotherInstance*:SharedTierTest.ADeadStore*'
+# Publishing copies on the copy thread, async fetches on the tier's fetcher thread.
+cmake --build build/tsan -j "$jobs" --target shared_memory_test
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/shared_memory_test
 phase "done"
 echo "== wall time by phase"
 printf '%s' "$phases"

@@ -5,6 +5,9 @@
 // the slot's next owner, the bounded queue, and the none backend's modelled tier.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "hybridkv/testing/fault_env.h"
@@ -150,6 +153,85 @@ TEST_F(SharedMemoryTest, AFullQueueDropsObjectsAndCountsThem) {
     EXPECT_EQ(a->shared_stats().objects_published, by_bytes ? 0u : 4u) << by_bytes;
     ASSERT_OK(r.cache->close());
   }
+}
+
+// A store whose lookups wait while it is shut (a slow store).
+class GatedStore : public MemoryStore {
+ public:
+  std::vector<StoreOutcome> exists(std::span<const std::string> keys) override {
+    {
+      std::unique_lock lock(mu_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return open_; });
+      --waiting_;
+    }
+    return MemoryStore::exists(keys);
+  }
+  void set_open(bool open) {
+    std::lock_guard lock(mu_);
+    open_ = open;
+    cv_.notify_all();
+  }
+  void wait_for_a_lookup() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return waiting_ > 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int waiting_ = 0;
+};
+
+// fetch_shared_async: the fetch waits on the store on the tier's thread while the manager goes
+// on serving; once its future is ready the request finds the fetched prefix, byte-exact.
+TEST_F(SharedMemoryTest, AnAsyncFetchRunsBesideServingAndIsInWhenItsFutureIsReady) {
+  auto store = std::make_shared<GatedStore>();
+  store_ = store;
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  auto a = manager(testing::test_backend());
+  ASSERT_OK(serve(*a, tokens, {96, 192}));
+  auto b = manager(testing::test_backend());
+  store->set_open(false);
+  std::future<Result<SharedFetch>> fetch = b->fetch_shared_async({}, std::span(tokens).first(250));
+  store->wait_for_a_lookup();
+  ASSERT_OK(serve(*b, testing::random_tokens(rng_, 300), {96, 192}));  // serving goes on
+  EXPECT_EQ(fetch.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  store->set_open(true);
+  const Result<SharedFetch> f = fetch.get();
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ(f->hit_tokens, 192u);
+  EXPECT_GT(f->objects_fetched, 0u);
+  EXPECT_EQ(fetch_and_verify(*b, tokens), 192u);  // now local: the request reuses it
+}
+
+// A manager that goes with fetches queued answers those not started; the one under way ends.
+TEST_F(SharedMemoryTest, FetchesQueuedWhenTheManagerGoesAreAnswered) {
+  auto store = std::make_shared<GatedStore>();
+  store_ = store;
+  const std::vector<int32_t> tokens = testing::random_tokens(rng_, 300);
+  auto b = manager();
+  store->set_open(false);
+  std::future<Result<SharedFetch>> first = b->fetch_shared_async({}, tokens);
+  store->wait_for_a_lookup();  // the first is under way
+  std::future<Result<SharedFetch>> second = b->fetch_shared_async({}, tokens);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    store->set_open(true);
+  });
+  b.reset();
+  opener.join();
+  EXPECT_TRUE(first.get().is_ok());
+  const Result<SharedFetch> late = second.get();
+  ASSERT_FALSE(late.is_ok());
+  EXPECT_NE(late.status().message().find("destroyed before the fetch ran"), std::string::npos);
+  auto plain =
+      std::move(KvCacheManager::create(testing::lifecycle_config({}), {BackendKind::kHost}))
+          .value();
+  EXPECT_EQ(plain->fetch_shared_async({}, tokens).get().status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 // The none backend has no bytes: its objects carry none, each charged its page's bytes by the

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -112,6 +113,12 @@ class KvCacheManager {
   // lock; a store that fails or holds a corrupt object (deleted) costs a miss, never a wrong
   // byte. kOutOfPages when that tier has no room for the fetched pages (nothing changed).
   Result<SharedFetch> fetch_shared(const ReuseScope& scope, std::span<const int32_t> tokens);
+  // The same fetch on the shared tier's own thread (fetches run one at a time, in the order
+  // asked), as a prefetch: the engine keeps serving and creates the request once the future is
+  // ready. The tokens are copied. A fetch the manager's end finds not started answers
+  // kFailedPrecondition; kFailedPrecondition at once without a shared tier.
+  std::future<Result<SharedFetch>> fetch_shared_async(const ReuseScope& scope,
+                                                      std::span<const int32_t> tokens);
   SharedTierStats shared_stats() const;
   // Returns once every committed object queued for the store has been written (or failed).
   void flush_shared();

@@ -261,6 +261,11 @@ class HybridCacheManager:
         Brings the prompt's blocks the local tree lacks from the shared tier (config shared), as far as the hybrid rule allows; call it before creating the request. A dict (SharedFetch: local_tokens, hit_tokens, objects_fetched, ...).
         """
 
+    def fetch_shared_async(self, tokens: Sequence[int]) -> SharedFetchFuture:
+        """
+        fetch_shared on the shared tier's own thread, as a prefetch: returns a SharedFetchFuture at once (done(), result()); create the request once it is done.
+        """
+
     def shared_stats(self) -> dict:
         """The shared tier's counters (SharedTierStats) as a dict."""
 
@@ -387,6 +392,11 @@ class KvCacheManager:
     def fetch_shared(self, tokens: Sequence[int]) -> dict:
         """
         Brings the prompt's blocks the local tree lacks from the shared tier (config shared), as far as the hybrid rule allows; call it before creating the request. A dict (SharedFetch: local_tokens, hit_tokens, objects_fetched, ...).
+        """
+
+    def fetch_shared_async(self, tokens: Sequence[int]) -> SharedFetchFuture:
+        """
+        fetch_shared on the shared tier's own thread, as a prefetch: returns a SharedFetchFuture at once (done(), result()); create the request once it is done.
         """
 
     def shared_stats(self) -> dict:
@@ -848,6 +858,17 @@ class ServingConfig:
 
     @snapshots.setter
     def snapshots(self, arg: SnapshotPolicy, /) -> None: ...
+
+class SharedFetchFuture:
+    """A fetch_shared_async under way: done() polls, result() waits."""
+
+    def done(self) -> bool:
+        """Whether the fetch has finished (result() then returns at once)."""
+
+    def result(self) -> dict:
+        """
+        Waits for the fetch (the GIL released) and returns fetch_shared's dict, or raises its error (each call the same).
+        """
 
 class SharedStore:
     """A store shared by serving instances (shared_store.h)."""

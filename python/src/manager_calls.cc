@@ -8,6 +8,9 @@
 #include "bindings.h"
 #include "dicts.h"
 #include "hybridkv/manager.h"
+#include "manager_calls.h"
+
+#include <chrono>
 
 namespace nb = nanobind;
 
@@ -75,6 +78,29 @@ nb::dict iteration_stats_to_python(const IterationStats& s) { return to_py(s); }
 nb::dict reuse_stats_to_python(const ReuseStats& s) { return to_py(s); }
 nb::dict shared_fetch_to_python(const SharedFetch& f) { return to_py(f); }
 nb::dict shared_stats_to_python(const SharedTierStats& s) { return to_py(s); }
+
+void bind_shared_fetch_future(nb::module_& m) {
+  using namespace nb::literals;
+  nb::class_<SharedFetchFuture>(m, "SharedFetchFuture",
+                                "A fetch_shared_async under way: done() polls, result() waits.")
+      .def(
+          "done",
+          [](SharedFetchFuture& f) {
+            return f.future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+          },
+          "Whether the fetch has finished (result() then returns at once).")
+      .def(
+          "result",
+          [](SharedFetchFuture& f) {
+            Result<SharedFetch> r = [&] {
+              nb::gil_scoped_release release;
+              return f.future.get();
+            }();
+            return shared_fetch_to_python(value_or_raise(std::move(r)));
+          },
+          "Waits for the fetch (the GIL released) and returns fetch_shared's dict, or raises "
+          "its error (each call the same).");
+}
 
 std::optional<std::string> copy_error(const KvCacheManager& m) {
   const Status s = m.copy_status();

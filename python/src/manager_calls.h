@@ -6,6 +6,8 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +24,12 @@ nanobind::dict reuse_stats_to_python(const ReuseStats& stats);
 nanobind::dict shared_fetch_to_python(const SharedFetch& fetch);
 nanobind::dict shared_stats_to_python(const SharedTierStats& stats);
 std::optional<std::string> copy_error(const KvCacheManager& manager);
+
+// What fetch_shared_async returns to Python: the C++ future, polled or waited on.
+struct SharedFetchFuture {
+  std::shared_future<Result<SharedFetch>> future;
+};
+void bind_shared_fetch_future(nanobind::module_& m);
 
 // `get(self)` returns the KvCacheManager& (itself thread-safe: no Python-side lock needed).
 template <typename Cls, typename Get>
@@ -42,6 +50,15 @@ void bind_manager_calls(nanobind::class_<Cls>& cls, Get get) {
          "Brings the prompt's blocks the local tree lacks from the shared tier (config shared), as "
          "far as the hybrid rule allows; call it before creating the request. A dict "
          "(SharedFetch: local_tokens, hit_tokens, objects_fetched, ...).")
+      .def(
+          "fetch_shared_async",
+          [get](Cls& self, std::vector<int32_t> tokens) {
+            nb::gil_scoped_release release;
+            return SharedFetchFuture{get(self).fetch_shared_async({}, tokens).share()};
+          },
+          "tokens"_a,
+          "fetch_shared on the shared tier's own thread, as a prefetch: returns a "
+          "SharedFetchFuture at once (done(), result()); create the request once it is done.")
       .def(
           "shared_stats",
           [get](Cls& self) { return shared_stats_to_python(get(self).shared_stats()); },

@@ -11,6 +11,7 @@
 
 #include "bindings.h"
 #include "cli.h"
+#include "manager_calls.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -22,6 +23,7 @@ NB_MODULE(_hybridkv, m) {
   nb::set_leak_warnings(false);
   hybridkv::python::bind_errors(m);
   hybridkv::python::bind_configs(m);
+  hybridkv::python::bind_shared_fetch_future(m);
   hybridkv::python::bind_manager(m);
   hybridkv::python::bind_kv_cache(m);
   m.def(

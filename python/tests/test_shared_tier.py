@@ -59,8 +59,17 @@ def test_shared_tier_a_second_manager_fetches_what_the_first_committed(redis_por
     f = b.fetch_shared(prompt)
     assert (f["local_tokens"], f["hit_tokens"], f["objects_fetched"]) == (0, 64, 5)
     assert b.create_kv_cache(prompt).reused_tokens == 64
+    # The same fetch as a prefetch on the tier's thread: a future, then the same answer.
+    c = manager()
+    future = c.fetch_shared_async(prompt)
+    f = future.result()
+    assert future.done() and (f["hit_tokens"], f["objects_fetched"]) == (64, 5)
+    assert future.result() == f
+    assert c.create_kv_cache(prompt).reused_tokens == 64
     with pytest.raises(ValueError, match="shared.model_id"):
         hk.KvCacheManager.create(small_manager_config(
             shared=hk.SharedTierConfig(store=hk.open_redis_store(port=redis_port))))
     with pytest.raises(RuntimeError, match="no shared tier"):
         hk.KvCacheManager.create(small_manager_config()).fetch_shared(prompt)
+    with pytest.raises(RuntimeError, match="no shared tier"):
+        hk.KvCacheManager.create(small_manager_config()).fetch_shared_async(prompt).result()

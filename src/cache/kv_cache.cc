@@ -158,6 +158,10 @@ Result<SharedFetch> KvCacheManager::fetch_shared(const ReuseScope& scope,
                                                  std::span<const int32_t> tokens) {
   return core_->fetch_shared(scope, tokens);
 }
+std::future<Result<SharedFetch>> KvCacheManager::fetch_shared_async(
+    const ReuseScope& scope, std::span<const int32_t> tokens) {
+  return core_->fetch_shared_async(scope, std::vector<int32_t>(tokens.begin(), tokens.end()));
+}
 SharedTierStats KvCacheManager::shared_stats() const { return core_->shared_stats(); }
 void KvCacheManager::flush_shared() { core_->flush_shared(); }
 

@@ -112,6 +112,8 @@ class ManagerCore {
   Status shutdown();
   // The shared tier (shared_fetch.cc; kFailedPrecondition without one).
   Result<SharedFetch> fetch_shared(const ReuseScope& scope, std::span<const int32_t> tokens);
+  std::future<Result<SharedFetch>> fetch_shared_async(const ReuseScope& scope,
+                                                      std::vector<int32_t> tokens);
   SharedTierStats shared_stats() const;
   void flush_shared();
 

@@ -148,6 +148,20 @@ std::set<SharedBlock> ManagerCore::in_store(const std::vector<BlockKey>& keys,
   return present;
 }
 
+std::future<Result<SharedFetch>> ManagerCore::fetch_shared_async(const ReuseScope& scope,
+                                                                 std::vector<int32_t> tokens) {
+  if (!shared_) {
+    std::promise<Result<SharedFetch>> none;
+    none.set_value(Status(StatusCode::kFailedPrecondition,
+                          "fetch_shared_async: no shared tier (ManagerConfig::shared.store is "
+                          "not set)"));
+    return none.get_future();
+  }
+  // The tier stops (answering what has not run) before anything the fetch uses goes.
+  return shared_->run_fetch(
+      [this, scope, tokens = std::move(tokens)] { return fetch_shared(scope, tokens); });
+}
+
 SharedTierStats ManagerCore::shared_stats() const {
   return shared_ ? shared_->stats() : SharedTierStats{};
 }

@@ -40,7 +40,8 @@ SharedTier::SharedTier(const StoragePlan& plan, const SharedTierConfig& config,
       max_lookup_blocks_(config.max_lookup_blocks),
       prefill_tokens_per_s_(config.prefill_tokens_per_s),
       fetch_bytes_per_s_(config.fetch_bytes_per_s),
-      writer_([this] { run(); }) {}
+      writer_([this] { run(); }),
+      fetcher_([this] { run_fetches(); }) {}
 
 SharedTier::~SharedTier() {
   {
@@ -48,7 +49,38 @@ SharedTier::~SharedTier() {
     stop_ = true;
   }
   wake_.notify_all();
+  fetch_wake_.notify_all();
+  fetcher_.join();  // the fetch under way finishes; the others are answered
   writer_.join();
+}
+
+std::future<Result<SharedFetch>> SharedTier::run_fetch(std::function<Result<SharedFetch>()> fetch) {
+  Fetch f{std::move(fetch), {}};
+  std::future<Result<SharedFetch>> done = f.done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    fetches_.push_back(std::move(f));
+  }
+  fetch_wake_.notify_one();
+  return done;
+}
+
+void SharedTier::run_fetches() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    fetch_wake_.wait(lock, [&] { return stop_ || !fetches_.empty(); });
+    if (stop_) break;
+    Fetch f = std::move(fetches_.front());
+    fetches_.pop_front();
+    lock.unlock();
+    f.done.set_value(f.run());
+    lock.lock();
+  }
+  for (Fetch& f : fetches_) {
+    f.done.set_value(Status(StatusCode::kFailedPrecondition,
+                            "fetch_shared_async: the manager was destroyed before the fetch ran"));
+  }
+  fetches_.clear();
 }
 
 std::string SharedTier::key(SharedObjectKind kind, CacheGroupId group,

@@ -6,12 +6,16 @@
 // seals each object (header, checksum) and writes it. The step never reads a page's bytes and
 // never waits for the store. The fetch itself (cache/shared_fetch.cc) runs in the manager.
 //
+// fetch_shared_async runs fetches on the tier's fetcher thread.
+//
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,13 +83,21 @@ class SharedTier {
   bool slower_than_recomputing(uint64_t bytes, uint64_t tokens) const;
   // What a fetch found (cache/shared_fetch.cc).
   void count_fetch(const SharedFetch& f);
+  // Runs `fetch` on the fetcher thread (one at a time, in the order asked); its future gets
+  // the result. Fetches not started when the tier stops get kFailedPrecondition.
+  std::future<Result<SharedFetch>> run_fetch(std::function<Result<SharedFetch>()> fetch);
 
  private:
   struct Queued {
     CopyEvent ready;
     Object object;
   };
+  struct Fetch {
+    std::function<Result<SharedFetch>()> run;
+    std::promise<Result<SharedFetch>> done;
+  };
   void run();
+  void run_fetches();
   void write(std::vector<Queued>& batch);
   void recycle(memory::HostBuffer buffer, size_t bytes);
 
@@ -110,7 +122,10 @@ class SharedTier {
   // kSpareBytes in all): pinned buffers are slow to make.
   std::map<size_t, std::vector<memory::HostBuffer>> spare_;
   uint64_t spare_bytes_ = 0;
+  std::condition_variable fetch_wake_;
+  std::deque<Fetch> fetches_;
   std::thread writer_;  // last: started when everything above is ready
+  std::thread fetcher_;
 };
 
 // The fingerprint of a model's pages: the model id, tokens per block, every cache group's kind,

@@ -18,4 +18,7 @@ step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DTOOLS_DIR=${TOOLS_DIR})
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 step(${WORK_DIR}/build/consumer)
+if(EXISTS ${WORK_DIR}/build/consumer_shared)
+  step(${WORK_DIR}/build/consumer_shared)
+endif()
 step(${WORK_DIR}/build/consumer_cli plan --model ${MODELS_DIR}/nemotron_h_8b.json)

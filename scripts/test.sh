@@ -62,6 +62,9 @@ TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/shared_tier_test \
 # Publishing copies on the copy thread, async fetches on the tier's fetcher thread.
 cmake --build build/tsan -j "$jobs" --target shared_memory_test
 TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/shared_memory_test
+# Two ranks' managers in two threads, their copy threads skewed.
+cmake --build build/tsan -j "$jobs" --target agreement_test
+TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/agreement_test
 phase "done"
 echo "== wall time by phase"
 printf '%s' "$phases"

@@ -1,5 +1,8 @@
 #include "hybridkv/testing/fault_env.h"
 
+#include <chrono>
+#include <thread>
+
 #include <cerrno>
 
 namespace hybridkv::testing {
@@ -18,6 +21,15 @@ void FaultInjectionEnv::run_copies(const std::function<void()>& batch) {
     cv_.wait(lock, [&] { return gate_open_ || let_through_ > 0; });
     if (!gate_open_) --let_through_;
   }
+  uint32_t delay = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (jitter_us_ > 0) {
+      jitter_state_ = jitter_state_ * 6364136223846793005ull + 1442695040888963407ull;
+      delay = static_cast<uint32_t>((jitter_state_ >> 33) % (jitter_us_ + 1));
+    }
+  }
+  if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
   batch();
   ++batches_run_;
 }
@@ -29,6 +41,12 @@ void FaultInjectionEnv::set_copy_gate(bool open) {
     let_through_ = 0;
   }
   cv_.notify_all();
+}
+
+void FaultInjectionEnv::set_copy_jitter(uint32_t max_us, uint64_t seed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  jitter_us_ = max_us;
+  jitter_state_ = seed;
 }
 
 void FaultInjectionEnv::let_copies_through(uint64_t batches) {

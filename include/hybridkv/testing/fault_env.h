@@ -10,6 +10,8 @@
 //   after it) until the gate opens, so a test proves nothing reads a page before its copy
 //   completed. Open the gate before the manager is destroyed. let_copies_through(n): the
 //   next n batches run while the gate stays shut (a test holds one batch behind others).
+// - set_copy_jitter(max_us, seed): each batch waits a random 0..max_us microseconds first, so
+//   two backends' copies finish in different orders and at different times.
 //
 // Thread-safety: every call is thread-safe.
 #pragma once
@@ -31,6 +33,7 @@ class FaultInjectionEnv : public Env {
   void set_disk_fault(bool on) { disk_fault_ = on; }
   void set_copy_gate(bool open);
   void let_copies_through(uint64_t batches);
+  void set_copy_jitter(uint32_t max_us, uint64_t seed);
   // Batches run so far (for a test that waits until one is held).
   uint64_t batches_run() const { return batches_run_; }
 
@@ -41,6 +44,8 @@ class FaultInjectionEnv : public Env {
   std::condition_variable cv_;
   bool gate_open_ = true;
   uint64_t let_through_ = 0;
+  uint32_t jitter_us_ = 0;
+  uint64_t jitter_state_ = 0;
 };
 
 }  // namespace hybridkv::testing

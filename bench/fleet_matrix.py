@@ -6,26 +6,16 @@ against one instance of 16 + 64 GiB and one with all the memory (64 + 256 GiB).
     python3 bench/fleet_matrix.py [--jobs 2] [--trace ../shared/traces/...] [--shared 256GiB]
 """
 import argparse
-import json
-import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from reuse_matrix import run  # one `hybridkv sim --json` run: its report
+
 ROOT = Path(__file__).resolve().parent.parent
-CLI = ROOT / "build" / "release" / "hybridkv"
 MODELS = {"Nemotron-H-8B": "models/nemotron_h_8b.json",
           "Qwen3-Next-80B-A3B": "models/qwen3_next_80b_a3b.json"}
 EACH = ["--gpu-quota", "16GiB", "--host-quota", "64GiB", "--snapshot-dtype", "fp8"]
 ALL = ["--gpu-quota", "64GiB", "--host-quota", "256GiB", "--snapshot-dtype", "fp8"]
-
-
-def run(trace, model, flags):
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        cmd = [str(CLI), "sim", "--model", model, "--trace", trace, "--quiet", "--json", f.name,
-               *flags]
-        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-        return json.load(open(f.name))
 
 
 def main():
@@ -45,7 +35,7 @@ def main():
     with ThreadPoolExecutor(args.jobs) as pool:
         for name, model in MODELS.items():
             for row, flags in rows.items():
-                jobs[(name, row)] = pool.submit(run, args.trace, model, flags)
+                jobs[(name, row)] = pool.submit(run, args.trace, model, flags, [])
     print("| model | run | reused tokens | of prompt | per instance | shared tier: published, "
           "fetched, tokens brought in, store at the end |")
     print("|---|---|---:|---:|---|---|")

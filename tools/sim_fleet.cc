@@ -92,15 +92,6 @@ testing::MemoryStore::Charge page_charge(const StoragePlan& plan) {
   };
 }
 
-nlohmann::json shared_stats_json(const SharedTierStats& st) {
-  return {{"objects_published", st.objects_published}, {"objects_present", st.objects_present},
-          {"objects_dropped", st.objects_dropped},     {"publish_failures", st.publish_failures},
-          {"bytes_published", st.bytes_published},     {"hit_tokens", st.hit_tokens},
-          {"objects_fetched", st.objects_fetched},     {"bytes_fetched", st.bytes_fetched},
-          {"objects_corrupt", st.objects_corrupt},     {"store_failures", st.store_failures},
-          {"fetches_skipped", st.fetches_skipped}};
-}
-
 double percent(uint64_t part, uint64_t whole) { return whole ? 100.0 * part / whole : 0.0; }
 
 }  // namespace

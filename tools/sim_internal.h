@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hybridkv/hybrid.h"
 #include "hybridkv/testing/fake_engine.h"
 #include "sim.h"
@@ -111,6 +113,9 @@ using ManagerFactory = std::function<Result<std::unique_ptr<HybridCacheManager>>
 Status check_fleet_options(const SimOptions& options);
 int run_fleet(const SimOptions& options, ServingConfig serving,
               const std::vector<TraceRequest>& trace, const ManagerFactory& make);
+
+// A manager's SharedTierStats as the report's JSON object (sim_report.cc).
+nlohmann::json shared_stats_json(const SharedTierStats& stats);
 
 // "hybridkv sim: <message>" on stderr; returns 2.
 int fail(const std::string& message);

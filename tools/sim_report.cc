@@ -301,6 +301,12 @@ nlohmann::json report_shared(const SharedTierStats& st, const SimCounters& c) {
       static_cast<ull>(st.objects_published), static_cast<ull>(st.objects_present),
       static_cast<ull>(st.objects_fetched), static_cast<ull>(st.hit_tokens),
       c.shared_fetch_us / 1e6);
+  return shared_stats_json(st);
+}
+
+}  // namespace
+
+nlohmann::json shared_stats_json(const SharedTierStats& st) {
   return {{"objects_published", st.objects_published}, {"objects_present", st.objects_present},
           {"objects_dropped", st.objects_dropped},     {"publish_failures", st.publish_failures},
           {"bytes_published", st.bytes_published},     {"hit_tokens", st.hit_tokens},
@@ -308,8 +314,6 @@ nlohmann::json report_shared(const SharedTierStats& st, const SimCounters& c) {
           {"objects_corrupt", st.objects_corrupt},     {"store_failures", st.store_failures},
           {"fetches_skipped", st.fetches_skipped}};
 }
-
-}  // namespace
 
 int report(const SimOptions& o, const ModelDescription& model,
            const std::vector<TraceRequest>& reqs, HybridCacheManager& h, const SimCounters& c,

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "hybridkv/shared_object.h"
@@ -92,6 +93,12 @@ testing::MemoryStore::Charge page_charge(const StoragePlan& plan) {
   };
 }
 
+// --shared-quota in bytes; nullopt: no shared tier in memory (unset or "none").
+std::optional<uint64_t> shared_quota(const SimOptions& o) {
+  if (o.shared_quota.empty() || o.shared_quota == "none") return std::nullopt;
+  return parse_bytes(o.shared_quota);
+}
+
 double percent(uint64_t part, uint64_t whole) { return whole ? 100.0 * part / whole : 0.0; }
 
 }  // namespace
@@ -101,7 +108,7 @@ Status check_fleet_options(const SimOptions& o) {
   if (o.router != "random" && o.router != "prefix")
     return Status::invalid("--router: '" + o.router + "' is not random or prefix");
   const bool quota = !o.shared_quota.empty() && o.shared_quota != "none";
-  if (quota && !parse_bytes(o.shared_quota))
+  if (quota && !shared_quota(o))
     return Status::invalid("--shared-quota: '" + o.shared_quota + "' is not a byte count");
   if (quota && !o.shared_redis.empty())
     return Status::invalid("--shared-quota and --shared-redis: the fleet has one shared tier");
@@ -118,10 +125,10 @@ int run_fleet(const SimOptions& o, ServingConfig serving, const std::vector<Trac
   const uint32_t n = o.instances;
   std::shared_ptr<testing::MemoryStore> store;
   auto charge = std::make_shared<testing::MemoryStore::Charge>();
-  if (!o.shared_quota.empty() && o.shared_quota != "none") {
+  const std::optional<uint64_t> quota = shared_quota(o);
+  if (quota) {
     store = std::make_shared<testing::MemoryStore>(
-        *parse_bytes(o.shared_quota),
-        [charge](std::string_view key, uint64_t size) { return (*charge)(key, size); });
+        *quota, [charge](std::string_view key, uint64_t size) { return (*charge)(key, size); });
     serving.shared.store = store;
     serving.shared.model_id = o.model;
   }
@@ -175,7 +182,7 @@ int run_fleet(const SimOptions& o, ServingConfig serving, const std::vector<Trac
   }();
   const bool shared = serving.shared.store != nullptr;
   std::printf("fleet               %u instances, router %s, shared tier %s\n", n, o.router.c_str(),
-              store ? (format_bytes(*parse_bytes(o.shared_quota)) +
+              store ? (format_bytes(*quota) +
                        (o.backend == "none" ? " (modelled: none backend)" : " (in memory)"))
                           .c_str()
                     : (shared ? ("Redis " + o.shared_redis).c_str() : "none"));

@@ -53,6 +53,8 @@ class Scheduler {
       : o_(o), reqs_(reqs), bound_(bound), h_(h), engine_(engine) {
     longest_ = h.manager().clamp_max_seq_len_for_mem(UINT64_MAX);
     preempt_by_swap_ = h.plan().tiers().size() > 1;  // a colder tier can take suspended pages
+    tty_ = !o.quiet && isatty(STDERR_FILENO);
+    c_.peak.assign(h.plan().pool_groups().size(), 0);
   }
 
   // One iteration: arrivals, resumption, admission and a step; false once the run is over
@@ -393,10 +395,6 @@ std::string Scheduler::stuck_message() const {
 }
 
 bool Scheduler::tick() {
-  if (c_.steps == 0 && c_.peak.empty()) {
-    tty_ = !o_.quiet && isatty(STDERR_FILENO);
-    c_.peak.assign(h_.plan().pool_groups().size(), 0);
-  }
   if (finished_ >= reqs_.size() || !c_.error.empty()) return false;
   manager_us_ = 0;
   arrivals();

@@ -171,7 +171,7 @@ void ManagerCore::flush_shared() {
 }
 
 uint64_t ManagerCore::payload_bytes(const CacheGroup& g) const {
-  return shared_->modelled() ? 0 : plan_.pool_group(g.page_pool_group(true)).slot_bytes;
+  return shared_->payload_bytes(plan_.pool_group(g.page_pool_group(true)).slot_bytes);
 }
 
 SharedObjectKind ManagerCore::kind_of(const CacheGroup& g) {

@@ -98,8 +98,8 @@ SharedObjectHeader SharedTier::header(SharedObjectKind kind,
 std::optional<SharedTier::Object> SharedTier::object(std::string key,
                                                      const SharedObjectHeader& header,
                                                      uint64_t page_bytes) {
-  const size_t payload = modelled_ ? 0 : page_bytes;
-  const size_t bytes = kSharedObjectHeaderBytes + payload + kSharedObjectTrailerBytes;
+  const size_t bytes =
+      kSharedObjectHeaderBytes + payload_bytes(page_bytes) + kSharedObjectTrailerBytes;
   memory::HostBuffer buffer;
   {
     std::lock_guard lock(mu_);

@@ -77,6 +77,8 @@ class SharedTier {
   SharedStore& store() const { return *store_; }
   // The none backend's objects: no payload (a page's bytes are modelled, not kept).
   bool modelled() const { return modelled_; }
+  // The payload of an object for a page of `page_bytes` (0 when modelled).
+  uint64_t payload_bytes(uint64_t page_bytes) const { return modelled_ ? 0 : page_bytes; }
   uint32_t max_lookup_blocks() const { return max_lookup_blocks_; }
   SharedTierStats stats() const;
   // Whether fetching `bytes` would take longer than computing `tokens` (the configured rates).

@@ -6,9 +6,9 @@
 
 namespace hybridkv::cache_detail {
 
-std::string ManagerCore::check() const {
-  std::shared_lock lock(mu_);
-  return check_locked();
+std::string ManagerReads::check() const {
+  std::shared_lock lock(core_.mu_);
+  return core_.check_locked();
 }
 
 // Storage's and the index's own invariants, then: every page's counts equal the caches that
@@ -68,15 +68,15 @@ std::string ManagerCore::check_locked() const {
   return "";
 }
 
-std::string ManagerCore::snapshot() const {
-  std::shared_lock lock(mu_);
+std::string ManagerReads::snapshot() const {
+  std::shared_lock lock(core_.mu_);
   std::ostringstream os;
-  os << storage_.snapshot();
-  for (uint32_t id = 0; id < caches_.size(); ++id) {
-    const CacheRecord& rec = caches_[id];
+  os << core_.storage_.snapshot();
+  for (uint32_t id = 0; id < core_.caches_.size(); ++id) {
+    const CacheRecord& rec = core_.caches_[id];
     if (!rec.in_use) continue;
-    os << label(id) << " " << cache_state_name(rec.state) << " cap " << rec.capacity << " hist "
-       << rec.history << "\n";
+    os << core_.label(id) << " " << cache_state_name(rec.state) << " cap " << rec.capacity
+       << " hist " << rec.history << "\n";
     for (const GroupState& gs : rec.groups) {
       os << "  pages";
       for (PageId pid : gs.pages) os << " " << (pid == kNoPage ? -1 : int64_t{pid.value});
@@ -91,9 +91,9 @@ std::string ManagerCore::snapshot() const {
       os << "\n";
     }
   }
-  os << "live " << live_caches_ << " active " << active_caches_ << " tree " << index_.tree().size()
-     << "\n";
-  os << index_.snapshot();
+  os << "live " << core_.live_caches_ << " active " << core_.active_caches_ << " tree "
+     << core_.index_.tree().size() << "\n";
+  os << core_.index_.snapshot();
   return os.str();
 }
 

@@ -93,7 +93,7 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   // The commit that covers the step ends the scratch slots' use.
   if (rec.scratch_boundary != 0 && e >= rec.scratch_boundary) release_scratch(rec);
   rec.note_ready(storage_.flush());
-  share_commit(blocks, snapshots ? end_node : kNoNode);
+  shared_.publish(blocks, snapshots ? end_node : kNoNode);
   if (is_end) (void)stop_committing_locked(id);
   after_mutation();
   return Status::ok();

@@ -126,7 +126,7 @@ ReuseMatch KvCacheManager::probe_reuse(const ReuseScope& scope, std::span<const 
   const BlockHash kind = core_->plan().config().block_hash;
   std::unique_ptr<prefix::BlockHasher>& hasher = hashers[static_cast<size_t>(kind)];
   if (!hasher) hasher = std::make_unique<prefix::BlockHasher>(kind);
-  return core_->probe(*hasher, scope, tokens, multimodal);
+  return core_->reads().probe(*hasher, scope, tokens, multimodal);
 }
 
 Status KvCacheManager::resize_all(std::span<const CacheResize> resizes) {
@@ -142,28 +142,30 @@ Status KvCacheManager::resize_all(std::span<const CacheResize> resizes) {
   }
   return core_->resize_all(calls);
 }
-void KvCacheManager::clear_reusable_blocks() { core_->clear_reusable_blocks(); }
-std::vector<CacheEvent> KvCacheManager::take_events() { return core_->take_events(); }
-ReuseStats KvCacheManager::reuse_stats() const { return core_->reuse_stats(); }
-ReuseStats KvCacheManager::take_reuse_stats() { return core_->take_reuse_stats(); }
-Result<uint64_t> KvCacheManager::quota(TierKind tier) const { return core_->quota(tier); }
-bool KvCacheManager::need_adjustment() const { return core_->need_adjustment(); }
-Result<bool> KvCacheManager::adjust() { return core_->adjust(); }
+void KvCacheManager::clear_reusable_blocks() { core_->memory().clear_reusable_blocks(); }
+std::vector<CacheEvent> KvCacheManager::take_events() { return core_->reads().take_events(); }
+ReuseStats KvCacheManager::reuse_stats() const { return core_->reads().reuse_stats(); }
+ReuseStats KvCacheManager::take_reuse_stats() { return core_->reads().take_reuse_stats(); }
+Result<uint64_t> KvCacheManager::quota(TierKind tier) const { return core_->memory().quota(tier); }
+bool KvCacheManager::need_adjustment() const { return core_->memory().need_adjustment(); }
+Result<bool> KvCacheManager::adjust() { return core_->memory().adjust(); }
 Status KvCacheManager::set_quota(TierKind tier, uint64_t quota_bytes) {
-  return core_->set_quota(tier, quota_bytes);
+  return core_->memory().set_quota(tier, quota_bytes);
 }
-IterationStats KvCacheManager::take_iteration_stats() { return core_->take_iteration_stats(); }
-StorageStats KvCacheManager::storage_stats() const { return core_->storage_stats(); }
+IterationStats KvCacheManager::take_iteration_stats() {
+  return core_->reads().take_iteration_stats();
+}
+StorageStats KvCacheManager::storage_stats() const { return core_->memory().storage_stats(); }
 Result<SharedFetch> KvCacheManager::fetch_shared(const ReuseScope& scope,
                                                  std::span<const int32_t> tokens) {
-  return core_->fetch_shared(scope, tokens);
+  return core_->shared().fetch(scope, tokens);
 }
 std::future<Result<SharedFetch>> KvCacheManager::fetch_shared_async(
     const ReuseScope& scope, std::span<const int32_t> tokens) {
-  return core_->fetch_shared_async(scope, std::vector<int32_t>(tokens.begin(), tokens.end()));
+  return core_->shared().fetch_async(scope, std::vector<int32_t>(tokens.begin(), tokens.end()));
 }
-SharedTierStats KvCacheManager::shared_stats() const { return core_->shared_stats(); }
-void KvCacheManager::flush_shared() { core_->flush_shared(); }
+SharedTierStats KvCacheManager::shared_stats() const { return core_->shared().stats(); }
+void KvCacheManager::flush_shared() { core_->shared().flush(); }
 
 uint64_t KvCacheManager::clamp_max_seq_len_for_mem(uint64_t max_seq_len) const {
   const std::optional<uint64_t> longest = core_->plan().max_request_tokens();
@@ -177,7 +179,7 @@ Result<uint64_t> KvCacheManager::clamp_max_seq_len(uint64_t batch_size,
   return longest ? std::min(*longest, max_seq_len) : max_seq_len;
 }
 
-Status KvCacheManager::shutdown() { return core_->shutdown(); }
+Status KvCacheManager::shutdown() { return core_->memory().shutdown(); }
 
 void KvCacheManager::wait(CopyEvent event) { core_->backend().wait(event); }
 void KvCacheManager::stream_wait(Stream stream, CopyEvent event) {

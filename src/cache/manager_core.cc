@@ -19,12 +19,9 @@ ManagerCore::ManagerCore(StoragePlan p, std::unique_ptr<memory::MemoryBackend> b
       backend_(std::move(b)),
       storage_(plan_, backend_.get()),
       index_(plan_, storage_),
-      rebalanced_(rebalanced_pool_groups(plan_)),
-      rebalancer_(find_rebalance_policy(plan_.config().policies.rebalance).value()) {
-  for (const TierPlan& t : plan_.tiers()) quotas_.push_back(t.quota);
-  if (plan_.config().shared.store)
-    shared_ = std::make_unique<SharedTier>(plan_, plan_.config().shared, *backend_);
-}
+      memory_(*this),
+      reads_(*this),
+      shared_(*this) {}
 
 Status ManagerCore::expect_state(uint32_t id, CacheState want, const char* op) const {
   const CacheRecord& rec = caches_[id];

@@ -18,8 +18,9 @@
 #include <vector>
 
 #include "cache/cache_record.h"
-#include "cache/rebalance_policy.h"
-#include "cache/shared_tier.h"
+#include "cache/manager_reads.h"
+#include "cache/memory_control.h"
+#include "cache/shared_link.h"
 #include "hybridkv/manager.h"
 #include "memory/backend.h"
 #include "prefix/prefix_index.h"
@@ -39,10 +40,6 @@ struct CacheInfo {
 
 // Whether a group's pages may enter the prefix tree (and the shared tier): not PRIVATE.
 inline bool publishable(const CacheGroup& g) { return g.policy != ReusePolicy::kPrivate; }
-
-// Per pool group: whether rebalancing trades its slots (shared KV and snapshot pool groups;
-// rebalance.cc).
-std::vector<bool> rebalanced_pool_groups(const StoragePlan& plan);
 
 // The core behind a KvCacheManager handle, for the implementation's own libraries (the
 // public classes are handles over it).
@@ -94,42 +91,19 @@ class ManagerCore {
                                                uint32_t beam) const;
   Result<int32_t> state_index(uint32_t id, CacheGroupId group, uint32_t beam) const;
 
-  // --- the whole manager ---
-  ReuseMatch probe(prefix::BlockHasher& hasher, const ReuseScope& scope,
-                   std::span<const int32_t> tokens,
-                   std::span<const MultimodalItem> multimodal) const;
-  void clear_reusable_blocks();
-  std::vector<CacheEvent> take_events();
-  ReuseStats reuse_stats() const;
-  ReuseStats take_reuse_stats();
-  IterationStats take_iteration_stats();
-  // quota.cc
-  Result<uint64_t> quota(TierKind kind) const;
-  Status set_quota(TierKind kind, uint64_t bytes);
-  bool need_adjustment() const;
-  Result<bool> adjust();
-  StorageStats storage_stats() const;
-  Status shutdown();
-  // The shared tier (shared_fetch.cc; kFailedPrecondition without one).
-  Result<SharedFetch> fetch_shared(const ReuseScope& scope, std::span<const int32_t> tokens);
-  std::future<Result<SharedFetch>> fetch_shared_async(const ReuseScope& scope,
-                                                      std::vector<int32_t> tokens);
-  SharedTierStats shared_stats() const;
-  void flush_shared();
-
-  // Every invariant of slots, pages, queues, tree and caches (empty when all hold), and the
-  // whole metadata state for before/after equality. The testing library exposes both.
-  std::string check() const;
-  std::string snapshot() const;
-  // Calls `fn(storage, index)` under the shared lock: read-only access for diagnostics.
-  template <typename Fn>
-  void read_locked(Fn&& fn) const {
-    std::shared_lock lock(mu_);
-    fn(static_cast<const storage::Storage&>(storage_),
-       static_cast<const prefix::PrefixIndex&>(index_));
-  }
+  // --- the whole manager: one part per concern, each with its own state ---
+  MemoryControl& memory() { return memory_; }
+  const MemoryControl& memory() const { return memory_; }
+  ManagerReads& reads() { return reads_; }
+  const ManagerReads& reads() const { return reads_; }
+  SharedLink& shared() { return shared_; }
+  const SharedLink& shared() const { return shared_; }
 
  private:
+  friend class MemoryControl;
+  friend class ManagerReads;
+  friend class SharedLink;
+
   // All private members: Requires mu_ held (exclusively where they change anything).
   Status expect_state(uint32_t id, CacheState want, const char* op) const;
   Status check_group(uint32_t id, CacheGroupId group, uint32_t beam) const;
@@ -186,18 +160,6 @@ class ManagerCore {
   PageId private_copy(const CacheGroup& g, PageId src);
   void record_lookup(const CacheRecord& rec, bool optional_only);
 
-  Result<std::vector<uint64_t>> quota_slots(storage::TierIndex tier, uint64_t bytes) const;
-  // Whether the tier's pool groups can take these slot counts now (nothing changes).
-  Status check_slots(storage::TierIndex tier, const std::vector<uint64_t>& want,
-                     const std::string& what) const;
-  // Requires: check_slots passed. Resizes the pools; ACTIVE caches' tables follow moved pages.
-  // Backs growing pools first (a backend failure changes nothing and is returned), then resizes.
-  Status apply_slots(storage::TierIndex tier, const std::vector<uint64_t>& want);
-
-  // rebalance.cc (rebalanced_pool_groups(plan) fills rebalanced_ once)
-  // The slot counts one rebalancing step would give the tier (nullopt: leave it as it is).
-  std::optional<std::vector<uint64_t>> rebalance_target(storage::TierIndex tier) const;
-
   // scratch.cc
   std::vector<BlockRange> scratch_plan(const CacheRecord& rec, uint64_t capacity, uint64_t history,
                                        uint64_t have) const;
@@ -238,34 +200,6 @@ class ManagerCore {
   void move_commit_parent(CacheRecord& rec, prefix::NodeId next);
   Status stop_committing_locked(uint32_t id);
 
-  // shared_io.cc, shared_fetch.cc
-  bool has_recurrent_groups() const;
-  // The transfers between a page's slot (every pool, in order) and `host` (the slot's bytes
-  // there, contiguous); none when the CPU cannot reach the page's memory (DISK).
-  std::vector<PoolTransfer> slot_transfers(PageId page, std::byte* host) const;
-  // Whether a copy can read the page's bytes into host memory (a memory tier of a backend
-  // with bytes).
-  bool readable(PageId page) const;
-  void share_commit(const std::vector<prefix::NodeId>& blocks, prefix::NodeId snapshot);
-  static SharedObjectKind kind_of(const CacheGroup& g);
-  // The payload of a group's objects: its page's bytes (none with the none backend).
-  uint64_t payload_bytes(const CacheGroup& g) const;
-  void local_blocks(const ReuseScope& scope, std::span<const int32_t> tokens,
-                    std::vector<BlockKey>& keys, std::set<SharedBlock>& local) const;
-  std::set<SharedBlock> in_store(const std::vector<BlockKey>& keys,
-                                 const std::set<SharedBlock>& local, SharedFetch& out) const;
-  template <typename Have>
-  uint64_t shared_hit_blocks(uint64_t blocks, Have&& have) const;
-  void get_shared(const std::vector<SharedBlock>& need, const std::vector<BlockKey>& keys,
-                  std::span<const int32_t> tokens, std::set<SharedBlock>& present,
-                  std::map<SharedBlock, std::vector<std::byte>>& fetched, SharedFetch& out) const;
-  Status adopt_shared(const ReuseScope& scope, std::span<const int32_t> tokens,
-                      const std::vector<BlockKey>& keys, uint64_t hit,
-                      std::map<SharedBlock, std::vector<std::byte>>& fetched, SharedFetch& out);
-  void place_shared(const ReuseScope& scope, std::span<const int32_t> tokens, uint64_t hit,
-                    storage::TierIndex tier, const std::vector<const SharedBlock*>& todo,
-                    std::map<SharedBlock, std::vector<std::byte>>& fetched);
-
   mutable std::shared_mutex mu_;  // guards everything below; plan_ and backend_ are immutable
   const StoragePlan plan_;
   const std::unique_ptr<memory::MemoryBackend> backend_;
@@ -280,12 +214,11 @@ class ManagerCore {
   // not to a cache: a plan outlives the cache that made it.
   std::unordered_map<uint64_t, std::vector<std::pair<prefix::NodeId, CacheGroupId>>> drops_;
   uint64_t next_drop_ = 1;
-  std::vector<uint64_t> quotas_;  // per tier: the quota in force (set_quota changes it)
-  // Per pool group: whether rebalancing trades its slots (rebalance.cc).
-  const std::vector<bool> rebalanced_;
-  const RebalancePolicy* const rebalancer_;     // nullptr: rebalancing off
   mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
-  std::unique_ptr<SharedTier> shared_;          // null: no shared tier (ManagerConfig::shared)
+  // The manager-wide parts (constructed last: they read the state above).
+  MemoryControl memory_;
+  ManagerReads reads_;
+  SharedLink shared_;
 };
 
 template <typename Fn>

@@ -20,45 +20,45 @@ std::vector<bool> rebalanced_pool_groups(const StoragePlan& plan) {
   return rebalanced;
 }
 
-std::optional<std::vector<uint64_t>> ManagerCore::rebalance_target(storage::TierIndex t) const {
-  const TierPlan& tp = plan_.tiers()[t.value];
+std::optional<std::vector<uint64_t>> MemoryControl::rebalance_target(storage::TierIndex t) const {
+  const TierPlan& tp = core_.plan_.tiers()[t.value];
   std::vector<PoolPressure> pools;
-  for (const PoolGroup& pg : plan_.pool_groups()) {
-    const storage::Storage::SlotCounts c = storage_.counts(t, pg.id);
+  for (const PoolGroup& pg : core_.plan_.pool_groups()) {
+    const storage::Storage::SlotCounts c = core_.storage_.counts(t, pg.id);
     pools.push_back({pg.id, c.total, pg.slot_bytes, c.free,
                      tp.kind == TierKind::kGpu ? pg.floor_slots : 0,
-                     storage_.pressure_age(t, pg.id), storage_.victims(t, pg.id),
-                     storage_.ever_full(t, pg.id), rebalanced_[pg.id.value]});
+                     core_.storage_.pressure_age(t, pg.id), core_.storage_.victims(t, pg.id),
+                     core_.storage_.ever_full(t, pg.id), rebalanced_[pg.id.value]});
   }
   return rebalancer_->target(quotas_[t.value], pools);
 }
 
-bool ManagerCore::need_adjustment() const {
-  std::shared_lock lock(mu_);
+bool MemoryControl::need_adjustment() const {
+  std::shared_lock lock(core_.mu_);
   if (rebalancer_ == nullptr) return false;
-  for (uint32_t t = 0; t < plan_.tiers().size(); ++t) {
+  for (uint32_t t = 0; t < core_.plan_.tiers().size(); ++t) {
     if (rebalance_target(storage::TierIndex(t))) return true;
   }
   return false;
 }
 
-Result<bool> ManagerCore::adjust() {
-  std::unique_lock lock(mu_);
+Result<bool> MemoryControl::adjust() {
+  std::unique_lock lock(core_.mu_);
   if (rebalancer_ == nullptr) {
     return Status(StatusCode::kFailedPrecondition,
                   "adjust: pool rebalancing is off (ManagerConfig::policies.rebalance)");
   }
   bool changed = false;
-  for (uint32_t i = 0; i < plan_.tiers().size(); ++i) {
+  for (uint32_t i = 0; i < core_.plan_.tiers().size(); ++i) {
     const storage::TierIndex t(i);
     const std::optional<std::vector<uint64_t>> want = rebalance_target(t);
     if (!want) continue;
-    storage_.reset_victims(t);
+    core_.storage_.reset_victims(t);
     if (!check_slots(t, *want, "adjust").is_ok()) continue;
     if (!apply_slots(t, *want).is_ok()) continue;  // the backend could not back the growth
     changed = true;
   }
-  after_mutation();
+  core_.after_mutation();
   return changed;
 }
 

@@ -28,13 +28,13 @@ using prefix::NodeId;
 
 // Requires: have(b, g) answers whether block b of group g is local or in the store.
 template <typename Have>
-uint64_t ManagerCore::shared_hit_blocks(uint64_t blocks, Have&& have) const {
-  const uint32_t tpb = plan_.config().tokens_per_block;
+uint64_t SharedLink::shared_hit_blocks(uint64_t blocks, Have&& have) const {
+  const uint32_t tpb = core_.plan_.config().tokens_per_block;
   const bool hybrid = has_recurrent_groups();
   uint64_t best = 0;
   for (uint64_t b = 0; b < blocks; ++b) {
     bool chain = true, ends = true;
-    for (const CacheGroup& g : plan_.cache_groups()) {
+    for (const CacheGroup& g : core_.plan_.cache_groups()) {
       if (g.policy != ReusePolicy::kRequired) continue;
       if (g.kind == GroupKind::kAttention && !g.window) chain = chain && have(b, g.id);
       if (g.kind == GroupKind::kSsm) ends = ends && have(b, g.id);
@@ -52,13 +52,12 @@ uint64_t ManagerCore::shared_hit_blocks(uint64_t blocks, Have&& have) const {
   return best;
 }
 
-Result<SharedFetch> ManagerCore::fetch_shared(const ReuseScope& scope,
-                                              std::span<const int32_t> tokens) {
+Result<SharedFetch> SharedLink::fetch(const ReuseScope& scope, std::span<const int32_t> tokens) {
   if (!shared_) {
     return Status(StatusCode::kFailedPrecondition,
                   "fetch_shared: no shared tier (ManagerConfig::shared.store is not set)");
   }
-  const uint32_t tpb = plan_.config().tokens_per_block;
+  const uint32_t tpb = core_.plan_.config().tokens_per_block;
   const uint64_t blocks = std::min<uint64_t>(tokens.empty() ? 0 : (tokens.size() - 1) / tpb,
                                              shared_->max_lookup_blocks());
   std::vector<BlockKey> keys;
@@ -83,9 +82,10 @@ Result<SharedFetch> ManagerCore::fetch_shared(const ReuseScope& scope,
     uint64_t bytes = 0;
     for (const SharedBlock& w : present) {
       if (w.block < hit && fetched.count(w) == 0 &&
-          (plan_.cache_group(w.group).kind != GroupKind::kSsm || w.block + 1 == hit)) {
+          (core_.plan_.cache_group(w.group).kind != GroupKind::kSsm || w.block + 1 == hit)) {
         need.push_back(w);
-        bytes += plan_.pool_group(plan_.cache_group(w.group).page_pool_group(true)).slot_bytes;
+        bytes += core_.plan_.pool_group(core_.plan_.cache_group(w.group).page_pool_group(true))
+                     .slot_bytes;
       }
     }
     if (need.empty()) break;
@@ -101,39 +101,39 @@ Result<SharedFetch> ManagerCore::fetch_shared(const ReuseScope& scope,
     return out;
   }
   // 3. into the local tree
-  std::unique_lock lock(mu_);
+  std::unique_lock lock(core_.mu_);
   if (Status s = adopt_shared(scope, tokens, keys, hit, fetched, out); !s) return s;
   out.hit_tokens = hit * tpb;
   shared_->count_fetch(out);
-  after_mutation();
+  core_.after_mutation();
   return out;
 }
 
 // The block keys of `tokens` (whole blocks) and the (block, group) pages the local tree holds.
-void ManagerCore::local_blocks(const ReuseScope& scope, std::span<const int32_t> tokens,
-                               std::vector<BlockKey>& keys, std::set<SharedBlock>& local) const {
-  const uint32_t tpb = plan_.config().tokens_per_block;
-  std::shared_lock lock(mu_);
-  prefix::BlockHasher hasher(plan_.config().block_hash);
+void SharedLink::local_blocks(const ReuseScope& scope, std::span<const int32_t> tokens,
+                              std::vector<BlockKey>& keys, std::set<SharedBlock>& local) const {
+  const uint32_t tpb = core_.plan_.config().tokens_per_block;
+  std::shared_lock lock(core_.mu_);
+  prefix::BlockHasher hasher(core_.plan_.config().block_hash);
   BlockKey chain = hasher.root(scope);
   for (uint64_t b = 0; b < tokens.size() / tpb; ++b) {
     chain = hasher.key(chain, tokens.subspan(b * tpb, tpb));
     keys.push_back(chain);
-    const NodeId node = index_.find(chain);
-    for (const CacheGroup& g : plan_.cache_groups()) {
-      if (node != kNoNode && index_.holds(node, g.id)) local.insert({b, g.id});
+    const NodeId node = core_.index_.find(chain);
+    for (const CacheGroup& g : core_.plan_.cache_groups()) {
+      if (node != kNoNode && core_.index_.holds(node, g.id)) local.insert({b, g.id});
     }
   }
 }
 
 // One pipelined EXISTS for every publishable (block, group) the tree lacks: those present.
-std::set<SharedBlock> ManagerCore::in_store(const std::vector<BlockKey>& keys,
-                                            const std::set<SharedBlock>& local,
-                                            SharedFetch& out) const {
+std::set<SharedBlock> SharedLink::in_store(const std::vector<BlockKey>& keys,
+                                           const std::set<SharedBlock>& local,
+                                           SharedFetch& out) const {
   std::vector<SharedBlock> asked;
   std::vector<std::string> ask_keys;
   for (uint64_t b = 0; b < keys.size(); ++b) {
-    for (const CacheGroup& g : plan_.cache_groups()) {
+    for (const CacheGroup& g : core_.plan_.cache_groups()) {
       if (!publishable(g) || local.count({b, g.id}) > 0) continue;
       asked.push_back({b, g.id});
       ask_keys.push_back(shared_->key(kind_of(g), g.id, keys[b]));
@@ -148,8 +148,8 @@ std::set<SharedBlock> ManagerCore::in_store(const std::vector<BlockKey>& keys,
   return present;
 }
 
-std::future<Result<SharedFetch>> ManagerCore::fetch_shared_async(const ReuseScope& scope,
-                                                                 std::vector<int32_t> tokens) {
+std::future<Result<SharedFetch>> SharedLink::fetch_async(const ReuseScope& scope,
+                                                         std::vector<int32_t> tokens) {
   if (!shared_) {
     std::promise<Result<SharedFetch>> none;
     none.set_value(Status(StatusCode::kFailedPrecondition,
@@ -159,37 +159,34 @@ std::future<Result<SharedFetch>> ManagerCore::fetch_shared_async(const ReuseScop
   }
   // The tier stops (answering what has not run) before anything the fetch uses goes.
   return shared_->run_fetch(
-      [this, scope, tokens = std::move(tokens)] { return fetch_shared(scope, tokens); });
+      [this, scope, tokens = std::move(tokens)] { return fetch(scope, tokens); });
 }
 
-SharedTierStats ManagerCore::shared_stats() const {
-  return shared_ ? shared_->stats() : SharedTierStats{};
-}
+SharedTierStats SharedLink::stats() const { return shared_ ? shared_->stats() : SharedTierStats{}; }
 
-void ManagerCore::flush_shared() {
+void SharedLink::flush() {
   if (shared_) shared_->drain();
 }
 
-uint64_t ManagerCore::payload_bytes(const CacheGroup& g) const {
-  return shared_->payload_bytes(plan_.pool_group(g.page_pool_group(true)).slot_bytes);
+uint64_t SharedLink::payload_bytes(const CacheGroup& g) const {
+  return shared_->payload_bytes(core_.plan_.pool_group(g.page_pool_group(true)).slot_bytes);
 }
 
-SharedObjectKind ManagerCore::kind_of(const CacheGroup& g) {
+SharedObjectKind SharedLink::kind_of(const CacheGroup& g) {
   return g.kind == GroupKind::kSsm ? SharedObjectKind::kSnapshot : SharedObjectKind::kKvBlock;
 }
 
 // One pipelined GET of `need`; objects that pass their checks go to `fetched`, the others leave
 // `present` (a corrupt one is deleted from the store).
-void ManagerCore::get_shared(const std::vector<SharedBlock>& need,
-                             const std::vector<BlockKey>& keys, std::span<const int32_t> tokens,
-                             std::set<SharedBlock>& present,
-                             std::map<SharedBlock, std::vector<std::byte>>& fetched,
-                             SharedFetch& out) const {
-  const uint32_t tpb = plan_.config().tokens_per_block;
+void SharedLink::get_shared(const std::vector<SharedBlock>& need, const std::vector<BlockKey>& keys,
+                            std::span<const int32_t> tokens, std::set<SharedBlock>& present,
+                            std::map<SharedBlock, std::vector<std::byte>>& fetched,
+                            SharedFetch& out) const {
+  const uint32_t tpb = core_.plan_.config().tokens_per_block;
   std::vector<std::string> get_keys;
   std::vector<std::vector<std::byte>> buffers;
   for (const SharedBlock& w : need) {
-    const CacheGroup& g = plan_.cache_group(w.group);
+    const CacheGroup& g = core_.plan_.cache_group(w.group);
     get_keys.push_back(shared_->key(kind_of(g), w.group, keys[w.block]));
     buffers.emplace_back(payload_bytes(g) + kSharedObjectHeaderBytes + kSharedObjectTrailerBytes);
   }
@@ -199,7 +196,7 @@ void ManagerCore::get_shared(const std::vector<SharedBlock>& need,
   std::vector<std::string> corrupt;
   for (size_t i = 0; i < need.size(); ++i) {
     const SharedBlock& w = need[i];
-    const CacheGroup& g = plan_.cache_group(w.group);
+    const CacheGroup& g = core_.plan_.cache_group(w.group);
     if (got[i] == StoreOutcome::kOk) {
       const auto object = std::span<const std::byte>(buffers[i]).first(sizes[i]);
       const Result<std::span<const std::byte>> payload = open_shared_object(
@@ -207,7 +204,7 @@ void ManagerCore::get_shared(const std::vector<SharedBlock>& need,
       if (payload && payload->size() == payload_bytes(g)) {
         fetched[w].assign(payload->begin(), payload->end());
         ++out.objects_fetched;
-        out.bytes_fetched += plan_.pool_group(g.page_pool_group(true)).slot_bytes;
+        out.bytes_fetched += core_.plan_.pool_group(g.page_pool_group(true)).slot_bytes;
         continue;
       }
     }
@@ -226,56 +223,56 @@ void ManagerCore::get_shared(const std::vector<SharedBlock>& need,
 
 namespace hybridkv::cache_detail {
 
-// Requires mu_ (exclusive). Pages for the fetched objects the tree still lacks, published at
+// Requires core_.mu_ (exclusive). Pages for the fetched objects the tree still lacks, published at
 // their nodes; when the room is not there, nothing changes and the hit is what was local.
-Status ManagerCore::adopt_shared(const ReuseScope& scope, std::span<const int32_t> tokens,
-                                 const std::vector<BlockKey>& keys, uint64_t hit,
-                                 std::map<SharedBlock, std::vector<std::byte>>& fetched,
-                                 SharedFetch& out) {
+Status SharedLink::adopt_shared(const ReuseScope& scope, std::span<const int32_t> tokens,
+                                const std::vector<BlockKey>& keys, uint64_t hit,
+                                std::map<SharedBlock, std::vector<std::byte>>& fetched,
+                                SharedFetch& out) {
   storage::TierIndex tier = storage::kGpuTier;
-  for (uint32_t t = 1; t < storage_.num_tiers(); ++t) {
-    if (storage_.tier_kind(storage::TierIndex(t)) == TierKind::kHost) {
+  for (uint32_t t = 1; t < core_.storage_.num_tiers(); ++t) {
+    if (core_.storage_.tier_kind(storage::TierIndex(t)) == TierKind::kHost) {
       tier = storage::TierIndex(t);
       break;
     }
   }
-  std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
+  std::vector<uint64_t> need(core_.plan_.pool_groups().size(), 0);
   std::vector<const SharedBlock*> todo;
   for (const auto& [w, bytes] : fetched) {
-    const NodeId node = index_.find(keys[w.block]);
-    if (node != kNoNode && index_.holds(node, w.group)) continue;  // arrived meanwhile
-    ++need[plan_.cache_group(w.group).page_pool_group(true).value];
+    const NodeId node = core_.index_.find(keys[w.block]);
+    if (node != kNoNode && core_.index_.holds(node, w.group)) continue;  // arrived meanwhile
+    ++need[core_.plan_.cache_group(w.group).page_pool_group(true).value];
     todo.push_back(&w);
   }
   // The chain's own pages are no room for it.
   std::vector<PageId> pinned;
   for (uint64_t b = 0; b < hit; ++b) {
-    const NodeId node = index_.find(keys[b]);
+    const NodeId node = core_.index_.find(keys[b]);
     if (node == kNoNode) continue;
-    for (const prefix::NodePage& np : index_.tree().pages(node)) {
-      if (np.page != kNoPage && !storage_.page(np.page).pinned) {
-        storage_.pin(np.page);
+    for (const prefix::NodePage& np : core_.index_.tree().pages(node)) {
+      if (np.page != kNoPage && !core_.storage_.page(np.page).pinned) {
+        core_.storage_.pin(np.page);
         pinned.push_back(np.page);
       }
     }
   }
   bool room = true;
-  for (const PoolGroup& pg : plan_.pool_groups())
-    room = room && storage_.max_room(tier, pg.id) >= need[pg.id.value];
+  for (const PoolGroup& pg : core_.plan_.pool_groups())
+    room = room && core_.storage_.max_room(tier, pg.id) >= need[pg.id.value];
   if (room) {
-    for (const PoolGroup& pg : plan_.pool_groups()) {
+    for (const PoolGroup& pg : core_.plan_.pool_groups()) {
       if (need[pg.id.value] > 0)
-        storage::make_room(storage_, tier, pg.id, need[pg.id.value], index_);
+        storage::make_room(core_.storage_, tier, pg.id, need[pg.id.value], core_.index_);
     }
     place_shared(scope, tokens, hit, tier, todo, fetched);
   }
-  for (PageId p : pinned) storage_.unpin(p);
-  deliver_notices();
+  for (PageId p : pinned) core_.storage_.unpin(p);
+  core_.deliver_notices();
   if (!room) {
     out.objects_fetched = out.bytes_fetched = 0;
     return Status(StatusCode::kOutOfPages,
                   "fetch_shared: no room on the " +
-                      std::string(tier_kind_name(storage_.tier_kind(tier))) + " tier for " +
+                      std::string(tier_kind_name(core_.storage_.tier_kind(tier))) + " tier for " +
                       std::to_string(todo.size()) + " fetched pages");
   }
   return Status::ok();
@@ -283,41 +280,43 @@ Status ManagerCore::adopt_shared(const ReuseScope& scope, std::span<const int32_
 
 // Requires: room for `todo` on `tier`. Creates the chain's nodes, gives each fetched object a
 // page there, writes the bytes once the slots are free of earlier copies, and publishes them.
-void ManagerCore::place_shared(const ReuseScope& scope, std::span<const int32_t> tokens,
-                               uint64_t hit, storage::TierIndex tier,
-                               const std::vector<const SharedBlock*>& todo,
-                               std::map<SharedBlock, std::vector<std::byte>>& fetched) {
-  const uint32_t tpb = plan_.config().tokens_per_block;
+void SharedLink::place_shared(const ReuseScope& scope, std::span<const int32_t> tokens,
+                              uint64_t hit, storage::TierIndex tier,
+                              const std::vector<const SharedBlock*>& todo,
+                              std::map<SharedBlock, std::vector<std::byte>>& fetched) {
+  const uint32_t tpb = core_.plan_.config().tokens_per_block;
   std::vector<std::pair<NodeId, const SharedBlock*>> placed;
-  NodeId parent = index_.root(scope);
+  NodeId parent = core_.index_.root(scope);
   size_t next = 0;
   for (uint64_t b = 0; b < hit; ++b) {
-    const NodeId node = index_.block_node(parent, tokens.subspan(b * tpb, tpb), b * tpb, {}, true);
+    const NodeId node =
+        core_.index_.block_node(parent, tokens.subspan(b * tpb, tpb), b * tpb, {}, true);
     for (; next < todo.size() && todo[next]->block == b; ++next)
       placed.push_back({node, todo[next]});
     parent = node;
   }
   std::vector<PageId> pages;
   for (const auto& [node, w] : placed) {
-    const bool ssm = plan_.cache_group(w->group).kind == GroupKind::kSsm;
-    pages.push_back(storage_.allocate(w->group, tier, storage::kDefaultPriority, ssm));
+    const bool ssm = core_.plan_.cache_group(w->group).kind == GroupKind::kSsm;
+    pages.push_back(core_.storage_.allocate(w->group, tier, storage::kDefaultPriority, ssm));
   }
-  (void)storage_.flush();  // copies of the room just made that read these slots
+  (void)core_.storage_.flush();  // copies of the room just made that read these slots
   CopyEvent latest;
   for (PageId p : pages) {
-    if (storage_.page(p).ready.ticket > latest.ticket) latest = storage_.page(p).ready;
+    if (core_.storage_.page(p).ready.ticket > latest.ticket) latest = core_.storage_.page(p).ready;
   }
-  backend_->wait(latest);
+  core_.backend_->wait(latest);
   std::vector<PoolTransfer> all;  // straight from the fetched bytes into the slots
   for (size_t i = 0; i < placed.size(); ++i) {
     const std::vector<PoolTransfer> t = slot_transfers(pages[i], fetched[*placed[i].second].data());
     all.insert(all.end(), t.begin(), t.end());
   }
-  backend_->write_many(all);
+  core_.backend_->write_many(all);
   for (size_t i = 0; i < placed.size(); ++i) {
     const auto [node, w] = placed[i];
-    index_.publish(node, w->group, pages[i], tpb);
-    if (plan_.cache_group(w->group).kind == GroupKind::kAttention) index_.mark_shared(node);
+    core_.index_.publish(node, w->group, pages[i], tpb);
+    if (core_.plan_.cache_group(w->group).kind == GroupKind::kAttention)
+      core_.index_.mark_shared(node);
   }
 }
 

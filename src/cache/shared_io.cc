@@ -10,27 +10,33 @@
 
 namespace hybridkv::cache_detail {
 
+SharedLink::SharedLink(ManagerCore& core) : core_(core) {
+  const StoragePlan& plan = core.plan_;
+  if (plan.config().shared.store)
+    shared_ = std::make_unique<SharedTier>(plan, plan.config().shared, *core.backend_);
+}
+
 using prefix::kNoNode;
 using prefix::NodeId;
 
-bool ManagerCore::has_recurrent_groups() const {
-  for (const CacheGroup& g : plan_.cache_groups()) {
+bool SharedLink::has_recurrent_groups() const {
+  for (const CacheGroup& g : core_.plan_.cache_groups()) {
     if (publishable(g) && g.kind == GroupKind::kSsm) return true;
   }
   return false;
 }
 
-bool ManagerCore::readable(PageId page) const {
-  const storage::Page& p = storage_.page(page);
-  return p.tier != TierKind::kDisk && backend_->pool_base(p.tier, p.pool_group, 0) != nullptr;
+bool SharedLink::readable(PageId page) const {
+  const storage::Page& p = core_.storage_.page(page);
+  return p.tier != TierKind::kDisk && core_.backend_->pool_base(p.tier, p.pool_group, 0) != nullptr;
 }
 
-std::vector<PoolTransfer> ManagerCore::slot_transfers(PageId page, std::byte* host) const {
-  const storage::Page& p = storage_.page(page);
-  const PoolGroup& pg = plan_.pool_group(p.pool_group);
+std::vector<PoolTransfer> SharedLink::slot_transfers(PageId page, std::byte* host) const {
+  const storage::Page& p = core_.storage_.page(page);
+  const PoolGroup& pg = core_.plan_.pool_group(p.pool_group);
   std::vector<PoolTransfer> out;
   for (uint32_t k = 0; k < pg.pools.size(); ++k) {
-    std::byte* base = backend_->pool_base(p.tier, p.pool_group, k);
+    std::byte* base = core_.backend_->pool_base(p.tier, p.pool_group, k);
     if (base == nullptr) return {};  // not in memory (a DISK page, or no bytes at all)
     out.push_back({base + p.slot.value * pg.pools[k].slot_bytes, host, pg.pools[k].slot_bytes});
     host += pg.pools[k].slot_bytes;
@@ -38,31 +44,32 @@ std::vector<PoolTransfer> ManagerCore::slot_transfers(PageId page, std::byte* ho
   return out;
 }
 
-// Requires mu_ (exclusive). `blocks`: full nodes this commit published KV at; `snapshot`: the
+// Requires core_.mu_ (exclusive). `blocks`: full nodes this commit published KV at; `snapshot`: the
 // node it published snapshots at (kNoNode: none).
-void ManagerCore::share_commit(const std::vector<NodeId>& blocks, NodeId snapshot) {
+void SharedLink::publish(const std::vector<NodeId>& blocks, NodeId snapshot) {
   if (!shared_) return;
-  const prefix::RadixTree& tree = index_.tree();
-  const uint32_t tpb = plan_.config().tokens_per_block;
+  const prefix::RadixTree& tree = core_.index_.tree();
+  const uint32_t tpb = core_.plan_.config().tokens_per_block;
   std::vector<std::pair<NodeId, CacheGroupId>> send;
   auto send_kv = [&](NodeId n) {
-    for (const CacheGroup& g : plan_.cache_groups()) {
-      if (publishable(g) && g.kind == GroupKind::kAttention && index_.holds(n, g.id))
+    for (const CacheGroup& g : core_.plan_.cache_groups()) {
+      if (publishable(g) && g.kind == GroupKind::kAttention && core_.index_.holds(n, g.id))
         send.push_back({n, g.id});
     }
-    index_.mark_shared(n);
+    core_.index_.mark_shared(n);
   };
   if (!has_recurrent_groups()) {
     for (NodeId n : blocks) {
-      if (!index_.shared(n)) send_kv(n);
+      if (!core_.index_.shared(n)) send_kv(n);
     }
   } else if (snapshot != kNoNode && tree.node(snapshot).full &&
              tree.node(snapshot).tokens.size() == tpb) {
-    for (const CacheGroup& g : plan_.cache_groups()) {
-      if (publishable(g) && g.kind == GroupKind::kSsm && index_.holds(snapshot, g.id))
+    for (const CacheGroup& g : core_.plan_.cache_groups()) {
+      if (publishable(g) && g.kind == GroupKind::kSsm && core_.index_.holds(snapshot, g.id))
         send.push_back({snapshot, g.id});
     }
-    for (NodeId n = snapshot; n != kNoNode && tree.node(n).parent != kNoNode && !index_.shared(n);
+    for (NodeId n = snapshot;
+         n != kNoNode && tree.node(n).parent != kNoNode && !core_.index_.shared(n);
          n = tree.node(n).parent) {
       send_kv(n);
     }
@@ -77,16 +84,16 @@ void ManagerCore::share_commit(const std::vector<NodeId>& blocks, NodeId snapsho
   for (const auto& [n, g] : send) {
     const PageId page = tree.pages(n)[g.value].page;
     if (!modelled && !readable(page)) continue;
-    const SharedObjectKind kind = kind_of(plan_.cache_group(g));
+    const SharedObjectKind kind = kind_of(core_.plan_.cache_group(g));
     std::optional<SharedTier::Object> o = shared_->object(
         shared_->key(kind, g, tree.node(n).key), shared_->header(kind, tree.node(n).tokens),
-        plan_.pool_group(storage_.page(page).pool_group).slot_bytes);
+        core_.plan_.pool_group(core_.storage_.page(page).pool_group).slot_bytes);
     if (!o) continue;
-    if (!modelled) storage_.copy_out(page, o->buffer.get() + kSharedObjectHeaderBytes);
+    if (!modelled) core_.storage_.copy_out(page, o->buffer.get() + kSharedObjectHeaderBytes);
     objects.push_back(std::move(*o));
   }
   if (objects.empty()) return;
-  shared_->publish(storage_.flush(), std::move(objects));
+  shared_->publish(core_.storage_.flush(), std::move(objects));
 }
 
 }  // namespace hybridkv::cache_detail

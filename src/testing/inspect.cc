@@ -12,24 +12,29 @@ const cache_detail::ManagerCore& core(const KvCacheManager& manager) {
 
 }  // namespace
 
-std::string check_invariants(const KvCacheManager& manager) { return core(manager).check(); }
+std::string check_invariants(const KvCacheManager& manager) {
+  return core(manager).reads().check();
+}
 
-std::string debug_snapshot(const KvCacheManager& manager) { return core(manager).snapshot(); }
+std::string debug_snapshot(const KvCacheManager& manager) {
+  return core(manager).reads().snapshot();
+}
 
 std::vector<TreePage> tree_pages(const KvCacheManager& manager) {
   std::vector<TreePage> out;
-  core(manager).read_locked([&](const storage::Storage& storage, const prefix::PrefixIndex& index) {
-    const prefix::RadixTree& tree = index.tree();
-    tree.for_each_node([&](prefix::NodeId id, const prefix::Node& node) {
-      const auto pages = tree.pages(id);
-      for (uint32_t g = 0; g < pages.size(); ++g) {
-        if (pages[g].page == storage::kNoPage) continue;
-        const storage::Page& p = storage.page(pages[g].page);
-        out.push_back({node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value,
-                       pages[g].coverage, node.start, p.demoted, p.age_class});
-      }
-    });
-  });
+  core(manager).reads().read_locked(
+      [&](const storage::Storage& storage, const prefix::PrefixIndex& index) {
+        const prefix::RadixTree& tree = index.tree();
+        tree.for_each_node([&](prefix::NodeId id, const prefix::Node& node) {
+          const auto pages = tree.pages(id);
+          for (uint32_t g = 0; g < pages.size(); ++g) {
+            if (pages[g].page == storage::kNoPage) continue;
+            const storage::Page& p = storage.page(pages[g].page);
+            out.push_back({node.key, CacheGroupId(g), p.tier, p.pool_group, p.slot.value,
+                           pages[g].coverage, node.start, p.demoted, p.age_class});
+          }
+        });
+      });
   return out;
 }
 

@@ -9,6 +9,13 @@
 
 namespace hybridkv::cache_detail {
 
+MemoryControl::MemoryControl(ManagerCore& core)
+    : core_(core),
+      rebalanced_(rebalanced_pool_groups(core.plan_)),
+      rebalancer_(find_rebalance_policy(core.plan_.config().policies.rebalance).value()) {
+  for (const TierPlan& t : core.plan_.tiers()) quotas_.push_back(t.quota);
+}
+
 namespace {
 
 Result<storage::TierIndex> tier_index(const StoragePlan& plan, TierKind kind) {
@@ -20,35 +27,36 @@ Result<storage::TierIndex> tier_index(const StoragePlan& plan, TierKind kind) {
 
 }  // namespace
 
-Result<uint64_t> ManagerCore::quota(TierKind kind) const {
-  std::shared_lock lock(mu_);
-  const Result<storage::TierIndex> t = tier_index(plan_, kind);
+Result<uint64_t> MemoryControl::quota(TierKind kind) const {
+  std::shared_lock lock(core_.mu_);
+  const Result<storage::TierIndex> t = tier_index(core_.plan_, kind);
   if (!t) return t.status();
   return quotas_[t->value];
 }
 
 // The new slot counts of every pool group, or why the quota cannot be taken (nothing changed).
-Result<std::vector<uint64_t>> ManagerCore::quota_slots(storage::TierIndex t, uint64_t bytes) const {
-  const TierPlan& tp = plan_.tiers()[t.value];
+Result<std::vector<uint64_t>> MemoryControl::quota_slots(storage::TierIndex t,
+                                                         uint64_t bytes) const {
+  const TierPlan& tp = core_.plan_.tiers()[t.value];
   const std::string what =
       std::string("set_quota(") + tier_kind_name(tp.kind) + ", " + format_bytes(bytes) + ")";
   if (tp.kind == TierKind::kGpu) {
-    const uint64_t minimum = *minimum_gpu_quota(plan_.config());
+    const uint64_t minimum = *minimum_gpu_quota(core_.plan_.config());
     if (bytes < minimum) {
       return Status::invalid(what + ": below the GPU floors of this plan (" +
                              format_bytes(minimum) + ")");
     }
   }
-  Result<std::vector<uint64_t>> want = estimate_slots(plan_.config(), tp.kind, bytes);
+  Result<std::vector<uint64_t>> want = estimate_slots(core_.plan_.config(), tp.kind, bytes);
   if (!want) return Status::invalid(what + ": " + want.status().message());
   if (Status s = check_slots(t, *want, what); !s) return s;
   return want;
 }
 
-Status ManagerCore::check_slots(storage::TierIndex t, const std::vector<uint64_t>& want,
-                                const std::string& what) const {
-  const TierPlan& tp = plan_.tiers()[t.value];
-  for (const PoolGroup& pg : plan_.pool_groups()) {
+Status MemoryControl::check_slots(storage::TierIndex t, const std::vector<uint64_t>& want,
+                                  const std::string& what) const {
+  const TierPlan& tp = core_.plan_.tiers()[t.value];
+  for (const PoolGroup& pg : core_.plan_.pool_groups()) {
     const uint64_t n = want[pg.id.value], reserved = tp.reserved_slots[pg.id.value];
     const std::string where = what + ": pool group " + std::to_string(pg.id.value) + " needs " +
                               std::to_string(n) + " slots";
@@ -57,14 +65,14 @@ Status ManagerCore::check_slots(storage::TierIndex t, const std::vector<uint64_t
                                               std::to_string(reserved) +
                                               " (raise the tier's max_quota_bytes)");
     }
-    const storage::Storage::SlotCounts c = storage_.counts(t, pg.id);
+    const storage::Storage::SlotCounts c = core_.storage_.counts(t, pg.id);
     if (n >= c.total) continue;
     const uint64_t locked = c.total - c.free - c.evictable;
     if (locked > n) {
       return Status(StatusCode::kOutOfPages,
                     where + ", but " + std::to_string(locked) + " of its pages are LOCKED");
     }
-    const uint64_t room = storage_.max_room(t, pg.id);
+    const uint64_t room = core_.storage_.max_room(t, pg.id);
     if (room < c.total - n) {
       return Status(StatusCode::kOutOfPages, where + ", but only " + std::to_string(room) +
                                                  " of its " + std::to_string(c.total) +
@@ -75,50 +83,84 @@ Status ManagerCore::check_slots(storage::TierIndex t, const std::vector<uint64_t
   return Status::ok();
 }
 
-Status ManagerCore::apply_slots(storage::TierIndex t, const std::vector<uint64_t>& want) {
-  const TierKind kind = plan_.tiers()[t.value].kind;
+Status MemoryControl::apply_slots(storage::TierIndex t, const std::vector<uint64_t>& want) {
+  const TierKind kind = core_.plan_.tiers()[t.value].kind;
   // The memory of the pools that grow is backed first: a failure there changes nothing.
   std::vector<std::pair<PoolGroupId, uint64_t>> grown;
-  for (const PoolGroup& pg : plan_.pool_groups()) {
-    const uint64_t total = storage_.counts(t, pg.id).total;
+  for (const PoolGroup& pg : core_.plan_.pool_groups()) {
+    const uint64_t total = core_.storage_.counts(t, pg.id).total;
     if (want[pg.id.value] <= total) continue;
-    if (Status s = backend_->grow(kind, pg.id, want[pg.id.value]); !s) {
-      for (const auto& [g, before] : grown) backend_->shrink(kind, g, before, {});
+    if (Status s = core_.backend_->grow(kind, pg.id, want[pg.id.value]); !s) {
+      for (const auto& [g, before] : grown) core_.backend_->shrink(kind, g, before, {});
       return s;
     }
     grown.emplace_back(pg.id, total);
   }
   CopyEvent moved;
-  for (const PoolGroup& pg : plan_.pool_groups()) {
+  for (const PoolGroup& pg : core_.plan_.pool_groups()) {
     const uint64_t n = want[pg.id.value];
-    const storage::Storage::SlotCounts c = storage_.counts(t, pg.id);
+    const storage::Storage::SlotCounts c = core_.storage_.counts(t, pg.id);
     if (n < c.total && c.free < c.total - n)
-      storage::make_room(storage_, t, pg.id, c.total - n, index_);
-    const CopyEvent e = storage_.resize_pool(t, pg.id, n);
-    deliver_notices();
-    if (n < c.total) backend_->shrink(kind, pg.id, n, e);
+      storage::make_room(core_.storage_, t, pg.id, c.total - n, core_.index_);
+    const CopyEvent e = core_.storage_.resize_pool(t, pg.id, n);
+    core_.deliver_notices();
+    if (n < c.total) core_.backend_->shrink(kind, pg.id, n, e);
     if (e.ticket > moved.ticket) moved = e;
   }
   if (moved.ticket == 0) return Status::ok();
   // Pages of ACTIVE caches may sit in other slots now: their tables follow, and the kernels
   // wait for the copies.
-  for (CacheRecord& rec : caches_) {
+  for (CacheRecord& rec : core_.caches_) {
     if (!rec.in_use || !rec.active()) continue;
     rec.note_ready(moved);
-    rebuild_tables(rec);
+    core_.rebuild_tables(rec);
   }
   return Status::ok();
 }
 
-Status ManagerCore::set_quota(TierKind kind, uint64_t bytes) {
-  std::unique_lock lock(mu_);
-  const Result<storage::TierIndex> t = tier_index(plan_, kind);
+Status MemoryControl::set_quota(TierKind kind, uint64_t bytes) {
+  std::unique_lock lock(core_.mu_);
+  const Result<storage::TierIndex> t = tier_index(core_.plan_, kind);
   if (!t) return t.status();
   Result<std::vector<uint64_t>> want = quota_slots(*t, bytes);
   if (!want) return want.status();
   if (Status s = apply_slots(*t, *want); !s) return s;
   quotas_[t->value] = bytes;
-  after_mutation();
+  core_.after_mutation();
+  return Status::ok();
+}
+
+void MemoryControl::clear_reusable_blocks() {
+  std::unique_lock lock(core_.mu_);
+  core_.index_.clear();
+  core_.after_mutation();
+}
+
+StorageStats MemoryControl::storage_stats() const {
+  std::shared_lock lock(core_.mu_);
+  StorageStats out;
+  for (uint32_t t = 0; t < core_.storage_.num_tiers(); ++t) {
+    const storage::TierIndex tier(t);
+    TierStorage ts{core_.storage_.tier_kind(tier), {}};
+    for (const PoolGroup& pg : core_.plan_.pool_groups()) {
+      const storage::Storage::SlotCounts n = core_.storage_.counts(tier, pg.id);
+      ts.pool_groups.push_back({pg.id, n.total, n.free, n.evictable});
+    }
+    out.tiers.push_back(std::move(ts));
+  }
+  out.live_caches = core_.live_caches_;
+  out.active_caches = core_.active_caches_;
+  return out;
+}
+
+Status MemoryControl::shutdown() {
+  std::unique_lock lock(core_.mu_);
+  if (core_.live_caches_ > 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "shutdown refused: " + std::to_string(core_.live_caches_) +
+                      " caches are still open (close them first)");
+  }
+  core_.shut_down_ = true;
   return Status::ok();
 }
 

@@ -134,14 +134,21 @@ PageId ManagerCore::fresh_page(CacheRecord& rec, CacheGroupId group, int32_t pri
   return id;
 }
 
+// Planned first (every page and the row entries it fills), then allocated in one storage call.
 void ManagerCore::allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history,
                                  uint64_t from_block, const std::vector<BlockRange>& skip) {
+  std::vector<storage::Storage::PageRequest> want;
+  std::vector<std::pair<PageId*, uint32_t>> seats;  // the row entries each page fills
+  auto seat = [&](PageId* at, uint32_t entries, CacheGroupId group, int32_t priority) {
+    want.push_back({group, priority});
+    seats.emplace_back(at, entries);
+  };
   const uint64_t blocks = blocks_for(capacity, plan_.config().tokens_per_block);
   for (const CacheGroup& g : plan_.cache_groups()) {
     GroupState& gs = rec.groups[g.id.value];
     if (g.kind == GroupKind::kSsm) {
       for (PageId& id : gs.pages) {
-        if (id == kNoPage) id = fresh_page(rec, g.id, storage::kDefaultPriority);
+        if (id == kNoPage) seat(&id, 1, g.id, storage::kDefaultPriority);
       }
       continue;
     }
@@ -152,14 +159,19 @@ void ManagerCore::allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t h
       if (!skip.empty() && skip[g.id.value].contains(b)) continue;
       PageId* row = rec.row(g.id, b);
       if (b < rec.shared_blocks) {
-        if (row[0] == kNoPage)
-          std::fill(row, row + rec.beam_width, fresh_page(rec, g.id, priority_of(rec, b)));
+        if (row[0] == kNoPage) seat(row, rec.beam_width, g.id, priority_of(rec, b));
         continue;
       }
       for (uint32_t k = 0; k < rec.beam_width; ++k) {
-        if (row[k] == kNoPage) row[k] = fresh_page(rec, g.id, priority_of(rec, b));
+        if (row[k] == kNoPage) seat(row + k, 1, g.id, priority_of(rec, b));
       }
     }
+  }
+  if (want.empty()) return;
+  const std::vector<PageId> pages = storage_.allocate_active(want);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    std::fill(seats[i].first, seats[i].first + seats[i].second, pages[i]);
+    rec.note_ready(storage_.page(pages[i]).ready);
   }
 }
 

@@ -184,10 +184,12 @@ class ManagerCore {
   void apply_resize(const ResizePlan& p);
   Status check_capacity(uint32_t id, uint64_t capacity) const;
   Status check_index_buffers(uint32_t id, uint64_t capacity) const;
-  void release_block(CacheRecord& rec, CacheGroupId group, uint64_t block);
+  using RefChanges = std::vector<storage::Storage::RefChange>;
+  // Clears the block's row entries; the references they held join `changes`.
+  void release_block(CacheRecord& rec, CacheGroupId group, uint64_t block, RefChanges& changes);
   // Does block `block` of window group `g`, leaving the window now, stay HELD until a commit?
   bool holds_until_commit(const CacheRecord& rec, const CacheGroup& g, uint64_t block) const;
-  void hold_stale_block(CacheRecord& rec, const CacheGroup& g, uint64_t block);
+  void hold_stale_block(CacheRecord& rec, const CacheGroup& g, uint64_t block, RefChanges& changes);
   // Frees held pages of blocks below `end_block` (every held page with UINT64_MAX).
   void release_held(CacheRecord& rec, uint64_t end_block);
   void release_stale_and_cut(CacheRecord& rec, uint64_t capacity, uint64_t history);

@@ -136,10 +136,11 @@ Status ManagerCore::resize_all(std::span<const ResizeCall> calls) {
   return Status::ok();
 }
 
-void ManagerCore::release_block(CacheRecord& rec, CacheGroupId group, uint64_t block) {
+void ManagerCore::release_block(CacheRecord& rec, CacheGroupId group, uint64_t block,
+                                RefChanges& changes) {
   PageId* row = rec.row(group, block);
   for (uint32_t k = 0; k < rec.beams_at(block); ++k) {
-    if (row[k] != kNoPage) storage_.drop_ref(row[k], Ref::kActive);
+    if (row[k] != kNoPage) changes.push_back({row[k], Ref::kActive, std::nullopt});
   }
   std::fill(row, row + rec.beam_width, kNoPage);
 }
@@ -168,7 +169,8 @@ bool ManagerCore::holds_until_commit(const CacheRecord& rec, const CacheGroup& g
 }
 
 // Moves beam 0's page of `block` to the held list (its row entry is cleared by release_block).
-void ManagerCore::hold_stale_block(CacheRecord& rec, const CacheGroup& g, uint64_t block) {
+void ManagerCore::hold_stale_block(CacheRecord& rec, const CacheGroup& g, uint64_t block,
+                                   RefChanges& changes) {
   GroupState& gs = rec.groups[g.id.value];
   PageId* row = rec.row(g.id, block);
   const PageId page = row[0];
@@ -176,7 +178,7 @@ void ManagerCore::hold_stale_block(CacheRecord& rec, const CacheGroup& g, uint64
   HKV_CHECK(gs.held_begin + gs.held.size() == block, "held window blocks must be contiguous");
   gs.held.push_back(page);
   if (page == kNoPage) return;
-  storage_.convert_ref(page, Ref::kActive, Ref::kSuspended);
+  changes.push_back({page, Ref::kActive, Ref::kSuspended});
   std::fill(row, row + rec.entries_of_beam0(block), kNoPage);
 }
 
@@ -194,6 +196,7 @@ void ManagerCore::release_stale_and_cut(CacheRecord& rec, uint64_t capacity, uin
   const uint32_t tpb = plan_.config().tokens_per_block;
   const uint64_t blocks = blocks_for(capacity, tpb);
   const uint64_t have = rec.attention_blocks;
+  RefChanges changes;  // the references given up, applied in one storage call at the end
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (g.kind == GroupKind::kSsm) continue;
     GroupState& gs = rec.groups[g.id.value];
@@ -201,19 +204,20 @@ void ManagerCore::release_stale_and_cut(CacheRecord& rec, uint64_t capacity, uin
     if (g.window) {
       const uint64_t stale_end = std::min(g.first_live_block(history, tpb), have);
       for (uint64_t b = std::max<uint64_t>(gs.stale_from, g.sink_blocks); b < stale_end; ++b) {
-        if (holds_until_commit(rec, g, b)) hold_stale_block(rec, g, b);
-        release_block(rec, g.id, b);
+        if (holds_until_commit(rec, g, b)) hold_stale_block(rec, g, b, changes);
+        release_block(rec, g.id, b, changes);
         set_table_entries(rec, g, b, b + 1);
       }
       gs.stale_from = std::max(gs.stale_from, stale_end);
     }
     // Blocks past a smaller capacity.
-    for (uint64_t b = blocks; b < have; ++b) release_block(rec, g.id, b);
+    for (uint64_t b = blocks; b < have; ++b) release_block(rec, g.id, b, changes);
     gs.pages.resize(blocks * rec.beam_width, kNoPage);
     for (uint32_t k = 0; k < rec.beam_width; ++k) gs.tables[k].resize(blocks, kBadPageIndex);
     if (blocks > have) set_table_entries(rec, g, have, blocks);
   }
   rec.attention_blocks = blocks;
+  storage_.change_refs(changes);
 }
 
 }  // namespace hybridkv::cache_detail

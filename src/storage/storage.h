@@ -24,6 +24,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,6 +120,22 @@ class Storage {
   void add_ref(PageId id, Ref ref);
   // Releases the page when it was the last holder and nobody owns it.
   void drop_ref(PageId id, Ref ref);
+
+  // A cache operation's page changes, planned by the caller and applied in one call each, in
+  // the order given (the queue order is the one the single calls would give).
+  struct PageRequest {
+    CacheGroupId group;
+    int32_t priority = kDefaultPriority;
+  };
+  // Fresh GPU pages, each LOCKED by one active reference. Requires: the room (max_room, then
+  // make_room) for all of them.
+  std::vector<PageId> allocate_active(std::span<const PageRequest> want);
+  struct RefChange {
+    PageId page;
+    Ref from;               // the reference given up
+    std::optional<Ref> to;  // the reference taken in its place (none: dropped)
+  };
+  void change_refs(std::span<const RefChange> changes);
   // One reference changes kind (resume: suspended -> active; suspend: the reverse).
   void convert_ref(PageId id, Ref from, Ref to);
   // The prefix index keeps the page / lets it go (released when no cache refers to it).

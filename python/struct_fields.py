@@ -19,6 +19,8 @@ DICT_STRUCTS = [
     ("reuse.h", "ReuseStats"),
     ("shared_store.h", "SharedTierStats"),
     ("shared_store.h", "SharedFetch"),
+    ("engine_memory.h", "EngineCopyList"),
+    ("engine_memory.h", "EngineCopyBatch"),
 ]
 
 

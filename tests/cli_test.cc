@@ -57,6 +57,42 @@ TEST(CliPlan, JsonReportsTheTableFiguresForEveryModel) {
   }
 }
 
+// The bytes per rank (issue 34 item 4): pipeline ranks partition the layers, so their rows add
+// up to the whole model's figures at TP 1; with TP 2 each row is one rank's share, the same for
+// every tensor-parallel rank of it.
+TEST(CliPlan, RanksAddUpToTheWholeModel) {
+  const Row rows[] = {{"nemotron_h_8b.json", 16384, 102137856},
+                      {"qwen3_next_80b_a3b.json", 24576, 77266944},
+                      {"jamba_v0_1.json", 16384, 16056320},
+                      {"granite_4_0_h_small.json", 16384, 152819712}};
+  for (const Row& row : rows) {
+    for (const int pp : {2, 3}) {
+      SCOPED_TRACE(std::string(row.file) + " pp " + std::to_string(pp));
+      const CliRun r =
+          run_cli("plan --model " + model(row.file) + " --pp " + std::to_string(pp) + " --json");
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const nlohmann::json j = nlohmann::json::parse(r.out);
+      ASSERT_EQ(j["ranks"].size(), static_cast<size_t>(pp));
+      uint64_t kv = 0, state = 0;
+      for (const nlohmann::json& rank : j["ranks"]) {
+        EXPECT_GT(
+            rank["attention_layers"].get<uint64_t>() + rank["recurrent_layers"].get<uint64_t>(),
+            0u);
+        kv += rank["kv_bytes_per_token"].get<uint64_t>();
+        state += rank["state_bytes_per_sequence"].get<uint64_t>();
+      }
+      EXPECT_EQ(kv, row.kv);
+      EXPECT_EQ(state, row.state);
+    }
+  }
+  const CliRun tp2 = run_cli("plan --model " + model("nemotron_h_8b.json") + " --tp 2 --pp 2");
+  ASSERT_EQ(tp2.exit_code, 0) << tp2.err;
+  EXPECT_NE(tp2.out.find("ranks (TP 2 x PP 2"), std::string::npos) << tp2.out;
+  EXPECT_NE(tp2.out.find("all 4 ranks: KV 16,384 B/token, state 102,137,856 B/sequence"),
+            std::string::npos)
+      << tp2.out;
+}
+
 TEST(CliPlan, TextPlanShowsGroupsPoolsTiersAndTokens) {
   const CliRun r = run_cli("plan --model " + model("nemotron_h_8b.json") +
                            " --gpu-quota 8GiB --host-quota 32GiB --max-batch 16 --max-live 40");

@@ -76,8 +76,7 @@ TEST(DiskTier, SuspendedRequestsCascadeToDiskAndComeBackIntact) {
 TEST(DiskTier, AFailedWriteIsNeverReadAsValid) {
   testing::TempDir dir;
   auto env = std::make_shared<testing::FaultInjectionEnv>();
-  auto m = testing::make_manager(disk_model(dir.path),
-                                 {.kind = testing::test_backend().kind, .env = env});
+  auto m = testing::make_manager(disk_model(dir.path), testing::test_backend(env));
   ASSERT_NE(m, nullptr);
   env->set_disk_fault(true);
   testing::FakeEngine engine(*m);

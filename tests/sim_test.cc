@@ -193,6 +193,29 @@ TEST(Sim, SyntheticTrafficReusesItsIndependentlyComputedBound) {
   std::remove(trace.c_str());
 }
 
+// A pipeline rank (issue 34 item 4) holds only its layers: with the same quota it reuses at
+// least what the whole model does, its report names the layout, and the verified run on the
+// host backend finds every page intact.
+TEST(Sim, APipelineRankSimulatesItsOwnLayers) {
+  const std::string whole_json = scratch("pp_whole.json"), rank_json = scratch("pp_rank1.json");
+  const std::string common =
+      "sim --model " + kModel + " --trace synthetic:100:3 --backend host " +
+      "--verify --max-batch 4 --gpu-quota 1GiB --host-quota 2GiB --quiet --json ";
+  const CliRun whole = run_cli(common + whole_json);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const CliRun rank = run_cli(common + rank_json + " --pp 2 --pp-rank 1");
+  ASSERT_EQ(rank.exit_code, 0) << rank.err;
+  const nlohmann::json w = nlohmann::json::parse(slurp(whole_json));
+  const nlohmann::json r = nlohmann::json::parse(slurp(rank_json));
+  EXPECT_EQ(r["settings"]["pp"].get<uint32_t>(), 2u);
+  EXPECT_EQ(r["settings"]["pp_rank"].get<uint32_t>(), 1u);
+  EXPECT_EQ(r["verify_mismatches"].get<uint64_t>(), 0u);
+  EXPECT_GT(r["verify_pages_checked"].get<uint64_t>(), 0u);
+  EXPECT_GE(r["reused_tokens"].get<uint64_t>(), w["reused_tokens"].get<uint64_t>());
+  std::remove(whole_json.c_str());
+  std::remove(rank_json.c_str());
+}
+
 TEST(Sim, BadTracesNameTheLineAndStopCleanly) {
   const std::map<std::string, std::string> cases = {
       {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2}\n",
@@ -318,6 +341,7 @@ TEST(Sim, BadSettingsAreRefusedBeforeAnyWork) {
   expect_sim_refuses("--host-link-gbps 50", "--host-link-gbps: '50' is not DOWN,UP");
   expect_sim_refuses("--disk-link-gbps 2,0", "--disk-link-gbps: '2,0' is not DOWN,UP");
   expect_sim_refuses("--backend none --verify", "--verify needs --backend host or cuda");
+  expect_sim_refuses("--pp 2 --pp-rank 2", "pp_rank 2 must be < pp_size 2");
   const CliRun dir = run_cli("sim --model " + std::string(HKV_MODELS_DIR) + " --trace " + kSlice);
   EXPECT_EQ(dir.exit_code, 2);
   EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;

@@ -1,5 +1,7 @@
-// The backend the backend-independent tests run on: host by default (CI); with
-// HYBRIDKV_TEST_BACKEND=cuda the same tests run on the GPU (their CTest twins, label `gpu`).
+// The backend the backend-independent tests run on: host by default; with
+// HYBRIDKV_TEST_BACKEND=cuda the same tests run on the GPU (their CTest twins, label `gpu`), and
+// with HYBRIDKV_TEST_BACKEND=engine on memory the engine owns (a fresh testing::HostEngine per
+// call: one per manager; their CTest twins `_engine`, run in CI).
 #pragma once
 
 #include <cstdlib>
@@ -7,13 +9,22 @@
 #include <string>
 
 #include "hybridkv/memory.h"
+#include "hybridkv/testing/host_engine.h"
 
 namespace hybridkv::testing {
 
-inline BackendOptions test_backend() {
+// `system`: the Env the backend runs on (null: the real one).
+inline BackendOptions test_backend(std::shared_ptr<Env> system = nullptr) {
   const char* env = std::getenv("HYBRIDKV_TEST_BACKEND");
-  if (env != nullptr && std::string(env) == "cuda") return {BackendKind::kCuda};
-  return {BackendKind::kHost};
+  const std::string kind = env != nullptr ? env : "host";
+  BackendOptions o{kind == "cuda" ? BackendKind::kCuda : BackendKind::kHost};
+  if (kind == "engine") {
+    o.kind = BackendKind::kEngine;
+    o.engine = std::make_shared<HostEngine>(system);
+    return o;
+  }
+  o.env = std::move(system);
+  return o;
 }
 
 // A fresh directory for a DISK tier under $TMPDIR (or /tmp), removed by the caller or the OS.

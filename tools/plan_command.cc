@@ -81,18 +81,9 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   plan->add_flag("--json", o.json, "print JSON");
 }
 
-int run_plan_command(const PlanOptions& o) {
-  std::string error;
-  ModelOptions mo;
-  mo.tp_size = o.tp;
-  if (o.tp == 0) return fail("--tp: 0 must be > 0");
-  if (!parse_dtype_flag("--kv-dtype", o.kv_dtype, &mo.kv_dtype, &error)) return fail(error);
-  if (!parse_dtype_flag("--conv-dtype", o.conv_dtype, &mo.conv_dtype, &error)) return fail(error);
-  if (!o.ssm_dtype.empty()) {
-    DType d;
-    if (!parse_dtype_flag("--ssm-dtype", o.ssm_dtype, &d, &error)) return fail(error);
-    mo.ssm_dtype = d;
-  }
+namespace {
+
+Result<ServingConfig> serving_from(const PlanOptions& o) {
   ServingConfig serving;
   serving.tokens_per_block = o.tokens_per_block;
   serving.max_util_for_resume = o.max_util;
@@ -109,7 +100,7 @@ int run_plan_command(const PlanOptions& o) {
   } else if (o.replay_layout == "ring") {
     serving.replay_layout = ReplayLayout::kRing;
   } else {
-    return fail("--replay-layout: '" + o.replay_layout + "' is not private or ring");
+    return Status::invalid("--replay-layout: '" + o.replay_layout + "' is not private or ring");
   }
   if (o.disagg_role == "both") {
     serving.role = DisaggRole::kBoth;
@@ -118,42 +109,86 @@ int run_plan_command(const PlanOptions& o) {
   } else if (o.disagg_role == "generation") {
     serving.role = DisaggRole::kGeneration;
   } else {
-    return fail("--disagg-role: '" + o.disagg_role + "' is not both, context or generation");
+    return Status::invalid("--disagg-role: '" + o.disagg_role +
+                           "' is not both, context or generation");
   }
-  if (o.typical_len == 0) return fail("--typical-len: 0 must be > 0");
+  if (o.typical_len == 0) return Status::invalid("--typical-len: 0 must be > 0");
   if (!o.snapshot_dtype.empty()) {
     const std::optional<DType> d = parse_dtype(o.snapshot_dtype);
-    if (!d) return fail("--snapshot-dtype: '" + o.snapshot_dtype + "' is not a dtype");
+    if (!d) return Status::invalid("--snapshot-dtype: '" + o.snapshot_dtype + "' is not a dtype");
     serving.snapshot_dtype = d;
   }
+  std::string error;
   uint64_t quota = 0;
   serving.tiers.clear();
-  if (!parse_quota("--gpu-quota", o.gpu_quota, &quota, &error)) return fail(error);
+  if (!parse_quota("--gpu-quota", o.gpu_quota, &quota, &error)) return Status::invalid(error);
   serving.tiers.push_back({TierKind::kGpu, quota, ""});
   if (!o.host_quota.empty()) {
-    if (!parse_quota("--host-quota", o.host_quota, &quota, &error)) return fail(error);
+    if (!parse_quota("--host-quota", o.host_quota, &quota, &error)) return Status::invalid(error);
     serving.tiers.push_back({TierKind::kHost, quota, ""});
   }
   if (!o.disk_quota.empty()) {
-    if (!parse_quota("--disk-quota", o.disk_quota, &quota, &error)) return fail(error);
-    if (o.disk_path.empty()) return fail("--disk-quota needs --disk-path");
+    if (!parse_quota("--disk-quota", o.disk_quota, &quota, &error)) return Status::invalid(error);
+    if (o.disk_path.empty()) return Status::invalid("--disk-quota needs --disk-path");
     serving.tiers.push_back({TierKind::kDisk, quota, o.disk_path});
   }
+  return serving;
+}
 
-  Result<ModelDescription> model = read_model_config(o.model, mo);
-  if (!model) return fail(model.status().message());
-  Result<ManagerConfig> hybrid = hybrid_manager_config(*model, serving);
-  if (!hybrid) return fail(hybrid.status().message());
+Result<StoragePlan> build_plan(const ModelDescription& model, const ServingConfig& serving,
+                               const PlanOptions& o) {
+  Result<ManagerConfig> hybrid = hybrid_manager_config(model, serving);
+  if (!hybrid) return hybrid.status();
   ManagerConfig config = std::move(hybrid).value();
   if (o.max_live) config.max_live_kv_caches = o.max_live;
   config.swa_scratch_reuse = o.swa_scratch;
   config.max_rewind_len = o.max_rewind_len;
-  Result<StoragePlan> plan = StoragePlan::build(config);
+  return StoragePlan::build(config);
+}
+
+// One row per pipeline rank (each planned as --pp-rank would plan it).
+Result<std::vector<RankBytes>> every_rank(const ModelDescription& model, ServingConfig serving,
+                                          const PlanOptions& o) {
+  std::vector<RankBytes> rows;
+  for (uint32_t r = 0; r < o.pp; ++r) {
+    serving.pp_rank = r;
+    Result<StoragePlan> plan = build_plan(model, serving, o);
+    if (!plan)
+      return Status::invalid("pp rank " + std::to_string(r) + ": " + plan.status().message());
+    rows.push_back(rank_bytes(r, *plan));
+  }
+  return rows;
+}
+
+}  // namespace
+
+int run_plan_command(const PlanOptions& o) {
+  std::string error;
+  ModelOptions mo;
+  mo.tp_size = o.tp;
+  if (o.tp == 0) return fail("--tp: 0 must be > 0");
+  if (!parse_dtype_flag("--kv-dtype", o.kv_dtype, &mo.kv_dtype, &error)) return fail(error);
+  if (!parse_dtype_flag("--conv-dtype", o.conv_dtype, &mo.conv_dtype, &error)) return fail(error);
+  if (!o.ssm_dtype.empty()) {
+    DType d;
+    if (!parse_dtype_flag("--ssm-dtype", o.ssm_dtype, &d, &error)) return fail(error);
+    mo.ssm_dtype = d;
+  }
+  Result<ServingConfig> serving = serving_from(o);
+  if (!serving) return fail(serving.status().message());
+  Result<ModelDescription> model = read_model_config(o.model, mo);
+  if (!model) return fail(model.status().message());
+  Result<StoragePlan> plan = build_plan(*model, *serving, o);
   if (!plan) return fail(plan.status().message());
+  Result<std::vector<RankBytes>> ranks = every_rank(*model, *serving, o);
+  if (!ranks) return fail(ranks.status().message());
   if (o.json) {
-    std::cout << plan_to_json(*model, *plan).dump(2) << "\n";
+    nlohmann::json j = plan_to_json(*model, *plan);
+    j["ranks"] = ranks_to_json(*ranks, o.tp);
+    std::cout << j.dump(2) << "\n";
   } else {
     std::cout << plan_to_text(*model, *plan);
+    if (o.tp * o.pp > 1) std::cout << ranks_to_text(*ranks, o.tp);  // a layout of several ranks
   }
   return 0;
 }

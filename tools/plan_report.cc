@@ -1,6 +1,7 @@
 #include "plan_report.h"
 
 #include <algorithm>
+#include <iomanip>
 #include <sstream>
 
 #include "hybridkv/units.h"
@@ -280,6 +281,68 @@ std::string plan_to_text(const ModelDescription& model, const StoragePlan& plan)
      << "\n";
   for (const std::string& note : plan.notes()) os << "note: " << note << "\n";
   return os.str();
+}
+
+RankBytes rank_bytes(uint32_t pp_rank, const StoragePlan& plan) {
+  RankBytes r;
+  r.pp_rank = pp_rank;
+  const uint32_t tpb = plan.config().tokens_per_block;
+  for (const CacheGroup& g : plan.cache_groups()) {
+    const uint64_t page = plan.pool_group(g.pool_group).slot_bytes;
+    if (g.kind == GroupKind::kSsm) {
+      if (g.policy == ReusePolicy::kPrivate) continue;  // replay rows: not a state
+      r.recurrent_layers += g.layers.size();
+      r.state_bytes_per_sequence += page;
+    } else {
+      r.attention_layers += g.layers.size();
+      r.kv_bytes_per_token += page / tpb;
+    }
+  }
+  for (const TierPlan& t : plan.tiers()) {
+    uint64_t& bytes = t.kind == TierKind::kGpu ? r.gpu_bytes : r.host_bytes;
+    if (t.kind != TierKind::kDisk) bytes += t.bytes_used;
+  }
+  return r;
+}
+
+std::string ranks_to_text(const std::vector<RankBytes>& ranks, uint32_t tp) {
+  std::ostringstream os;
+  os << "\nranks (TP " << tp << " x PP " << ranks.size()
+     << "; each TP rank of a pipeline rank holds the row's bytes)\n"
+     << "  pp rank  layers (attention+recurrent)    KV B/token  state B/sequence   GPU pools  "
+        "HOST pools\n";
+  uint64_t kv = 0, state = 0, gpu = 0, host = 0;
+  for (const RankBytes& r : ranks) {
+    const std::string layers =
+        std::to_string(r.attention_layers) + "+" + std::to_string(r.recurrent_layers);
+    os << "  " << std::left << std::setw(9) << r.pp_rank << std::setw(28) << layers << std::right
+       << std::setw(12) << with_commas(r.kv_bytes_per_token) << std::setw(18)
+       << with_commas(r.state_bytes_per_sequence) << std::setw(12) << format_bytes(r.gpu_bytes)
+       << std::setw(12) << format_bytes(r.host_bytes) << "\n";
+    kv += r.kv_bytes_per_token * tp;
+    state += r.state_bytes_per_sequence * tp;
+    gpu += r.gpu_bytes * tp;
+    host += r.host_bytes * tp;
+  }
+  os << "  all " << ranks.size() * tp << " ranks: KV " << with_commas(kv) << " B/token, state "
+     << with_commas(state) << " B/sequence, GPU pools " << format_bytes(gpu) << ", HOST pools "
+     << format_bytes(host) << "\n";
+  return os.str();
+}
+
+nlohmann::json ranks_to_json(const std::vector<RankBytes>& ranks, uint32_t tp) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const RankBytes& r : ranks) {
+    rows.push_back({{"pp_rank", r.pp_rank},
+                    {"tp_ranks", tp},
+                    {"attention_layers", r.attention_layers},
+                    {"recurrent_layers", r.recurrent_layers},
+                    {"kv_bytes_per_token", r.kv_bytes_per_token},
+                    {"state_bytes_per_sequence", r.state_bytes_per_sequence},
+                    {"gpu_bytes", r.gpu_bytes},
+                    {"host_bytes", r.host_bytes}});
+  }
+  return rows;
 }
 
 }  // namespace hybridkv::tools

@@ -75,6 +75,8 @@ Result<SnapshotPolicy> parse_policy(const std::string& text) {
 Result<ServingConfig> serving_from(const SimOptions& o) {
   ServingConfig serving;
   serving.max_batch = o.max_batch;
+  serving.pp_size = o.pp;
+  serving.pp_rank = o.pp_rank;
   serving.num_spec_tokens = o.spec_tokens;
   serving.tokens_per_block = 32;
   serving.typical_len = o.typical_len;
@@ -266,6 +268,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "disk tier quota (none: no disk tier; none backend only; needs --disk-path)");
   sim->add_option("--disk-path", o.disk_path, "an existing, writable directory for the disk tier");
   sim->add_option("--tp", o.tp, "tensor-parallel size");
+  sim->add_option("--pp", o.pp, "pipeline-parallel size");
+  sim->add_option("--pp-rank", o.pp_rank,
+                  "the pipeline rank simulated (its layers; every rank sees the same trace)");
   sim->add_option("--max-batch", o.max_batch, "requests per step");
   sim->add_option("--max-tokens-per-step", o.max_tokens_per_step, "token budget per step");
   sim->add_option(

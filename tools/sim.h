@@ -17,6 +17,8 @@ struct SimOptions {
   std::string disk_quota;
   std::string disk_path;
   uint32_t tp = 1;
+  uint32_t pp = 1;       // pipeline-parallel size
+  uint32_t pp_rank = 0;  // the pipeline rank simulated (its layers only)
   uint32_t max_batch = 64;
   uint64_t max_tokens_per_step = 8192;
   std::string snapshot_policy = "aligned-end:512,branch,no-end";

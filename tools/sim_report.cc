@@ -69,6 +69,8 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"host_quota", o.host_quota},
           {"disk_quota", o.disk_quota},
           {"tp", o.tp},
+          {"pp", o.pp},
+          {"pp_rank", o.pp_rank},
           {"max_batch", o.max_batch},
           {"max_tokens_per_step", o.max_tokens_per_step},
           {"snapshot_policy", o.snapshot_policy},

@@ -160,6 +160,9 @@ class HybridCacheManager {
   struct Step {
     std::vector<StepEntry> entries;      // requests, then dummies
     std::vector<int32_t> replay_resets;  // replay indices whose replay state must be reset
+    // Memory the engine owns (BackendKind::kEngine): the copies to run before the step's
+    // kernels read its pages, then report done (KvCacheManager::copies_done); empty otherwise.
+    std::vector<EngineCopyBatch> copies;
   };
   // Requires: every request ACTIVE and listed once; num_dummies <= dummy_slots.
   Result<Step> prepare_step(std::span<const uint64_t> request_ids, uint32_t num_dummies);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hybridkv/config.h"
+#include "hybridkv/engine_memory.h"
 #include "hybridkv/kv_cache.h"
 #include "hybridkv/memory.h"
 #include "hybridkv/plan.h"
@@ -123,7 +124,15 @@ class KvCacheManager {
   // Returns once every committed object queued for the store has been written (or failed).
   void flush_shared();
 
-  // Blocks until every copy up to `event` has completed.
+  // --- memory the engine owns (BackendKind::kEngine; kFailedPrecondition on the others) ---
+  // The copies submitted since the last take, oldest batch first (hybridkv/engine_memory.h).
+  // Pages they write are read only after the engine reports them done.
+  Result<std::vector<EngineCopyBatch>> take_copies();
+  // The engine ran every batch up to `event` (an event never submitted is refused).
+  Status copies_done(CopyEvent event);
+
+  // Blocks until every copy up to `event` has completed (kEngine: an attached EngineMemory may
+  // run them on this thread, else until the engine reports them done).
   void wait(CopyEvent event);
   // Makes the engine's `stream` wait for every copy up to `event` (CUDA backend: on the device,
   // the host does not block); backends without streams block until it completes.

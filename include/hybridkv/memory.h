@@ -3,10 +3,12 @@
 // A backend owns the bytes of every pool on every tier: `kNone` owns none (metadata only, for
 // planning and trace simulation at any scale), `kHost` keeps every tier in host memory (one
 // allocation per pool, stable addresses; the default for tests and the demo), `kCuda` keeps the
-// GPU tier in device memory and HOST in pinned memory. Pages move between tiers through the
-// backend's copy engine: batched, asynchronous, executed in submission order. Each submission
-// returns a CopyEvent; a page records the event of its last writer, and whoever reads or
-// overwrites its slot waits for it (the manager hands the engine one event per step to wait on).
+// GPU tier in device memory and HOST in pinned memory; `kEngine` owns none and hands the engine,
+// which owns the pools, the copies to run (hybridkv/engine_memory.h). Pages move between tiers
+// through the backend's copy engine: batched, asynchronous, executed in submission order. Each
+// submission returns a CopyEvent; a page records the event of its last writer, and whoever
+// reads or overwrites its slot waits for it (the manager hands the engine one event per step to
+// wait on).
 //
 // Thread-safety: value types here; the backends themselves are internal to the manager.
 #pragma once
@@ -18,8 +20,9 @@
 namespace hybridkv {
 
 class Env;
+class EngineMemory;
 
-enum class BackendKind : uint8_t { kNone, kHost, kCuda };
+enum class BackendKind : uint8_t { kNone, kHost, kCuda, kEngine };
 const char* backend_kind_name(BackendKind kind);
 
 // The completion of a batch of copies. Tickets grow with every submission; 0 is "nothing to wait
@@ -47,6 +50,9 @@ struct BackendOptions {
   // The system the backend runs on (disk I/O, the host copy thread; hybridkv/env.h); null:
   // Env::system().
   std::shared_ptr<Env> env = nullptr;
+  // kEngine: the engine's memory (optional: without it the copies are only taken with
+  // KvCacheManager::take_copies, and slot addresses are nullptr).
+  std::shared_ptr<EngineMemory> engine = nullptr;
 };
 
 // Whether this library was built with the CUDA backend (kCuda otherwise is refused at creation).

@@ -50,6 +50,8 @@ class BackendKind(enum.Enum):
 
     CUDA = 2
 
+    ENGINE = 3
+
 class BatchShape:
     """Requests that run in one step (and a shared system prompt)."""
 
@@ -234,6 +236,11 @@ class HybridCacheManager:
     def num_requests(self) -> int:
         """Requests alive."""
 
+    def take_copies(self) -> list:
+        """
+        BackendKind.ENGINE: the copy batches the steps handed out and those queued since, oldest first (KvCacheManager.take_copies); run them before the step's kernels, then copies_done(event).
+        """
+
     @property
     def replay_resets(self) -> list[int]:
         """Replay indices the engine resets before running the last decode_step."""
@@ -268,6 +275,11 @@ class HybridCacheManager:
 
     def shared_stats(self) -> dict:
         """The shared tier's counters (SharedTierStats) as a dict."""
+
+    def copies_done(self, event: int) -> None:
+        """
+        BackendKind.ENGINE: the engine ran every copy batch up to `event` (take_copies' 'event').
+        """
 
     def flush_shared(self) -> None:
         """
@@ -402,6 +414,11 @@ class KvCacheManager:
     def shared_stats(self) -> dict:
         """The shared tier's counters (SharedTierStats) as a dict."""
 
+    def copies_done(self, event: int) -> None:
+        """
+        BackendKind.ENGINE: the engine ran every copy batch up to `event` (take_copies' 'event').
+        """
+
     def flush_shared(self) -> None:
         """
         Returns once every committed object queued for the shared tier has been written.
@@ -468,6 +485,11 @@ class KvCacheManager:
 
     def probe_reuse(self, tokens: Sequence[int]) -> int:
         """Tokens a cache created for this prompt would reuse (changes nothing)."""
+
+    def take_copies(self) -> list:
+        """
+        BackendKind.ENGINE: the copy batches submitted since the last take, oldest first: dicts (event, lists of {src_tier, dst_tier, src_pool_group, dst_pool_group, slot_bytes, src_slots, dst_slots}); run the lists in order, then copies_done(event).
+        """
 
     def need_adjustment(self) -> bool: ...
 

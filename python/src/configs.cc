@@ -73,7 +73,8 @@ void bind_configs(nb::module_& m) {
   nb::enum_<BackendKind>(m, "BackendKind")
       .value("NONE", BackendKind::kNone)
       .value("HOST", BackendKind::kHost)
-      .value("CUDA", BackendKind::kCuda);
+      .value("CUDA", BackendKind::kCuda)
+      .value("ENGINE", BackendKind::kEngine);
   nb::enum_<CacheState>(m, "CacheState")
       .value("SUSPENDED", CacheState::kSuspended)
       .value("ACTIVE", CacheState::kActive)

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "hybridkv/engine_memory.h"
 #include "hybridkv/reuse.h"
 #include "hybridkv/shared_store.h"
 #include "hybridkv/stats.h"
@@ -18,6 +19,10 @@ namespace hybridkv::python {
 
 template <typename T>
 requires std::is_arithmetic_v<T> T to_py(T value) { return value; }
+
+inline nanobind::object to_py(TierKind kind) { return nanobind::cast(kind); }
+inline uint32_t to_py(PoolGroupId id) { return id.value; }
+inline uint64_t to_py(CopyEvent event) { return event.ticket; }
 
 template <typename T>
 nanobind::list to_py(const std::vector<T>& values);

@@ -233,6 +233,19 @@ void bind_kv_cache_manager(nb::module_& m) {
             return mgr.probe_reuse({}, tokens).reused_tokens;
           },
           "tokens"_a, "Tokens a cache created for this prompt would reuse (changes nothing).")
+      .def(
+          "take_copies",
+          [](KvCacheManager& mgr) {
+            std::vector<EngineCopyBatch> batches;
+            {
+              nb::gil_scoped_release release;
+              batches = value_or_raise(mgr.take_copies());
+            }
+            return copies_to_python(batches);
+          },
+          "BackendKind.ENGINE: the copy batches submitted since the last take, oldest first: "
+          "dicts (event, lists of {src_tier, dst_tier, src_pool_group, dst_pool_group, "
+          "slot_bytes, src_slots, dst_slots}); run the lists in order, then copies_done(event).")
       .def("need_adjustment", &KvCacheManager::need_adjustment, Release())
       .def(
           "adjust", [](KvCacheManager& mgr) { return value_or_raise(mgr.adjust()); }, Release())

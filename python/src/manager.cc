@@ -84,9 +84,21 @@ class Manager {
       if (!step) return step.status();
       if (Status s = h.fill_step(*step, Stream{stream}); !s) return s;
       resets_ = step->replay_resets;
+      keep_copies(*step);
       return Status::ok();
     }));
     return resets_;
+  }
+
+  // BackendKind.ENGINE: the copies the steps handed out and those queued since, oldest first.
+  std::vector<EngineCopyBatch> take_copies() {
+    return locked([&](HybridCacheManager& h) {
+      std::vector<EngineCopyBatch> out = std::move(copies_);
+      copies_.clear();
+      Result<std::vector<EngineCopyBatch>> more = h.manager().take_copies();
+      if (more) out.insert(out.end(), more->begin(), more->end());
+      return out;
+    });
   }
 
   BackendKind backend_kind() const { return h_->manager().backend_kind(); }
@@ -148,13 +160,20 @@ class Manager {
                 out.tables.begin() + static_cast<int64_t>(i * out.width));
     }
     resets_ = step->replay_resets;
+    keep_copies(*step);
     return Status::ok();
   }
 
   std::unique_ptr<HybridCacheManager> h_;
   int device_ = 0;
+  // Requires mu_. A step's copies wait here until take_copies (none are lost between steps).
+  void keep_copies(HybridCacheManager::Step& step) {
+    for (EngineCopyBatch& b : step.copies) copies_.push_back(std::move(b));
+  }
+
   std::mutex mu_;
   std::vector<int32_t> resets_;
+  std::vector<EngineCopyBatch> copies_;
 };
 
 std::vector<int32_t> copy_table(Manager& m, uint64_t id, uint32_t group, uint32_t beam) {
@@ -408,6 +427,11 @@ void bind_steps(nb::class_<Manager>& cls) {
                    })
       .def_prop_ro(
           "num_requests", [](Manager& m) { return m.h().num_requests(); }, "Requests alive.")
+      .def(
+          "take_copies", [](Manager& m) { return copies_to_python(m.take_copies()); },
+          "BackendKind.ENGINE: the copy batches the steps handed out and those queued since, "
+          "oldest first (KvCacheManager.take_copies); run them before the step's kernels, then "
+          "copies_done(event).")
       .def_prop_ro("replay_resets", &Manager::replay_resets,
                    "Replay indices the engine resets before running the last decode_step.")
       .def(

@@ -78,6 +78,7 @@ nb::dict iteration_stats_to_python(const IterationStats& s) { return to_py(s); }
 nb::dict reuse_stats_to_python(const ReuseStats& s) { return to_py(s); }
 nb::dict shared_fetch_to_python(const SharedFetch& f) { return to_py(f); }
 nb::dict shared_stats_to_python(const SharedTierStats& s) { return to_py(s); }
+nb::list copies_to_python(const std::vector<EngineCopyBatch>& batches) { return to_py(batches); }
 
 void bind_shared_fetch_future(nb::module_& m) {
   using namespace nb::literals;

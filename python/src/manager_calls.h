@@ -23,6 +23,7 @@ nanobind::dict iteration_stats_to_python(const IterationStats& stats);
 nanobind::dict reuse_stats_to_python(const ReuseStats& stats);
 nanobind::dict shared_fetch_to_python(const SharedFetch& fetch);
 nanobind::dict shared_stats_to_python(const SharedTierStats& stats);
+nanobind::list copies_to_python(const std::vector<EngineCopyBatch>& batches);
 std::optional<std::string> copy_error(const KvCacheManager& manager);
 
 // What fetch_shared_async returns to Python: the C++ future, polled or waited on.
@@ -63,6 +64,12 @@ void bind_manager_calls(nanobind::class_<Cls>& cls, Get get) {
           "shared_stats",
           [get](Cls& self) { return shared_stats_to_python(get(self).shared_stats()); },
           "The shared tier's counters (SharedTierStats) as a dict.")
+      .def(
+          "copies_done",
+          [get](Cls& self, uint64_t event) { raise_if_error(get(self).copies_done({event})); },
+          "event"_a, Release(),
+          "BackendKind.ENGINE: the engine ran every copy batch up to `event` (take_copies' "
+          "'event').")
       .def(
           "flush_shared", [get](Cls& self) { get(self).flush_shared(); }, Release(),
           "Returns once every committed object queued for the shared tier has been written.")

@@ -337,8 +337,8 @@ def test_the_readme_example_runs(capsys, monkeypatch):
     assert "2 reused 96 block table" in out
 
 
-def small_manager_config(**kw):
-    """One recurrent layer and one attention layer, 16-token blocks, 8 MiB of GPU."""
+def small_manager_config(tiers=None, **kw):
+    """One recurrent layer and one attention layer, 16-token blocks, 8 MiB of GPU (or `tiers`)."""
     return hk.ManagerConfig(
         tokens_per_block=16,
         ssm_layers=[hk.SsmLayerConfig(id=0, buffers=[
@@ -346,7 +346,7 @@ def small_manager_config(**kw):
         attention_layers=[hk.AttentionLayerConfig(id=1, buffers=[
             hk.BufferConfig(role="key", bytes_per_page=2048),
             hk.BufferConfig(role="value", bytes_per_page=2048)])],
-        tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=8 << 20)],
+        tiers=tiers or [hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=8 << 20)],
         commit_min_snapshot=True, **kw)
 
 
@@ -460,3 +460,34 @@ def test_nan_scan_and_replay_reset_run_over_the_managers_memory():
     found = [r for r in h.scan_non_finite(1) if r["role"] == "ssm_state" and r["layer"] == layer]
     assert found and found[0]["element"] == 5 and found[0]["request_id"] == 1
 
+
+
+def test_engine_owned_memory_hands_out_the_copies():
+    """BackendKind.ENGINE: the manager decides, the engine runs the copy lists and reports."""
+    m = hk.KvCacheManager.create(
+        small_manager_config(tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=1 << 20),
+                                    hk.TierConfig(kind=hk.TierKind.HOST, quota_bytes=8 << 20)]),
+        backend=hk.BackendKind.ENGINE)
+    caches = []
+    for i in range(20):  # more than the GPU holds: the suspended ones go down to the host
+        c = m.create_kv_cache([i] * 600)
+        c.resume()
+        c.resize(600, 600)
+        c.suspend()
+        caches.append(c)
+    caches[0].resume()  # back from the host
+    batches = m.take_copies()
+    assert batches and all(b["event"] > 0 for b in batches)
+    pairs = {(l["src_tier"], l["dst_tier"]) for b in batches for l in b["lists"]}
+    assert (hk.TierKind.GPU, hk.TierKind.HOST) in pairs
+    assert (hk.TierKind.HOST, hk.TierKind.GPU) in pairs
+    for b in batches:
+        for l in b["lists"]:
+            assert len(l["src_slots"]) == len(l["dst_slots"]) > 0 and l["slot_bytes"] > 0
+    m.copies_done(batches[-1]["event"])
+    assert m.take_copies() == []
+    with pytest.raises(ValueError, match="never submitted"):
+        m.copies_done(10 ** 9)
+    host = hk.KvCacheManager.create(small_manager_config())
+    with pytest.raises(hk.HybridKvError, match="only .engine. hands them out"):
+        host.take_copies()

@@ -103,6 +103,11 @@ Result<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const ManagerConf
   if (Status s = check_policies(config.policies); !s) return s;
   Result<StoragePlan> plan = StoragePlan::build(config);
   if (!plan) return plan.status();
+  if (options.kind == BackendKind::kEngine && config.shared.store) {
+    return Status::invalid(
+        "shared.store: the shared tier reads the pages it publishes into host memory; the "
+        "engine backend (BackendKind::kEngine) hands out slot copies only");
+  }
   Result<std::unique_ptr<memory::MemoryBackend>> backend = memory::make_backend(options);
   if (!backend) return backend.status();
   if (Status s = (*backend)->allocate(*plan); !s) return s;
@@ -180,6 +185,32 @@ Result<uint64_t> KvCacheManager::clamp_max_seq_len(uint64_t batch_size,
 }
 
 Status KvCacheManager::shutdown() { return core_->memory().shutdown(); }
+
+namespace {
+
+Result<EngineCopyQueue*> engine_queue(memory::MemoryBackend& backend, const char* op) {
+  if (backend.kind() != BackendKind::kEngine) {
+    return Status(StatusCode::kFailedPrecondition,
+                  std::string(op) + ": the manager's backend is '" +
+                      backend_kind_name(backend.kind()) +
+                      "', which runs its own copies (only 'engine' hands them out)");
+  }
+  return dynamic_cast<EngineCopyQueue*>(&backend);
+}
+
+}  // namespace
+
+Result<std::vector<EngineCopyBatch>> KvCacheManager::take_copies() {
+  Result<EngineCopyQueue*> queue = engine_queue(core_->backend(), "take_copies");
+  if (!queue) return queue.status();
+  return (*queue)->take();
+}
+
+Status KvCacheManager::copies_done(CopyEvent event) {
+  Result<EngineCopyQueue*> queue = engine_queue(core_->backend(), "copies_done");
+  if (!queue) return queue.status();
+  return (*queue)->done(event);
+}
 
 void KvCacheManager::wait(CopyEvent event) { core_->backend().wait(event); }
 void KvCacheManager::stream_wait(Stream stream, CopyEvent event) {

@@ -308,6 +308,7 @@ Result<HybridCacheManager::Step> HybridCacheManager::prepare_step(
     }
     step.entries.push_back(e);
   }
+  if (manager_->backend_kind() == BackendKind::kEngine) step.copies = *manager_->take_copies();
   return step;
 }
 

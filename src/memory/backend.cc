@@ -15,6 +15,8 @@ const char* backend_kind_name(BackendKind kind) {
       return "host";
     case BackendKind::kCuda:
       return "cuda";
+    case BackendKind::kEngine:
+      return "engine";
   }
   return "?";
 }
@@ -50,6 +52,8 @@ Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& option
       return make_host_backend(options.env);
     case BackendKind::kCuda:
       return make_cuda_backend(options);
+    case BackendKind::kEngine:
+      return make_engine_backend(options.engine);
   }
   return Status::invalid("unknown backend kind");
 }

@@ -47,6 +47,25 @@ struct HostBufferFree {
 };
 using HostBuffer = std::unique_ptr<std::byte, HostBufferFree>;
 
+// A batch waiting in a backend's queue (host: for its copy thread; engine: for the engine).
+struct QueuedBatch {
+  uint64_t ticket = 0;
+  std::vector<SlotCopy> copies;
+};
+
+// MemoryBackend::cancel for a queue of batches not started yet, in ticket order with no gaps
+// (the caller holds the queue's lock).
+template <typename Queue>
+bool cancel_queued(Queue& queue, CopyEvent event, uint32_t index) {
+  if (queue.empty() || event.ticket < queue.front().ticket) return false;  // started or done
+  const uint64_t at = event.ticket - queue.front().ticket;
+  if (at >= queue.size() || index >= queue[at].copies.size()) return false;
+  SlotCopy& c = queue[at].copies[index];
+  if (c.cancelled) return false;
+  c.cancelled = true;
+  return true;
+}
+
 class MemoryBackend {
  public:
   virtual ~MemoryBackend() = default;

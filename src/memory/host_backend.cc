@@ -95,14 +95,7 @@ class HostBackend final : public MemoryBackend {
 
   bool cancel(CopyEvent event, uint32_t index) override {
     std::lock_guard<std::mutex> lock(mu_);
-    // Batches still queued have not started; the queue holds consecutive tickets.
-    if (queue_.empty() || event.ticket < queue_.front().ticket) return false;
-    const uint64_t at = event.ticket - queue_.front().ticket;
-    if (at >= queue_.size() || index >= queue_[at].copies.size()) return false;
-    SlotCopy& c = queue_[at].copies[index];
-    if (c.cancelled) return false;
-    c.cancelled = true;
-    return true;
+    return cancel_queued(queue_, event, index);  // batches still queued have not started
   }
 
   Status copy_status() const override { return disk_ ? disk_->status() : Status::ok(); }
@@ -115,10 +108,7 @@ class HostBackend final : public MemoryBackend {
     std::unique_ptr<std::byte, FreeBytes> bytes;
     uint64_t slot_bytes = 0;
   };
-  struct Batch {
-    uint64_t ticket;
-    std::vector<SlotCopy> copies;
-  };
+  using Batch = QueuedBatch;
 
   static uint64_t key(TierKind tier, PoolGroupId pg, uint32_t pool) {
     return (static_cast<uint64_t>(tier) << 48) | (static_cast<uint64_t>(pg.value) << 16) | pool;

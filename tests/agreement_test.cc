@@ -2,14 +2,17 @@
 // TensorRT-LLM) feed each rank's manager the same calls and need the same decisions back. Two
 // managers, driven by the same randomized schedule in two threads at once, their copy threads
 // delayed at random and differently, must answer every call alike and hold the same block
-// tables and state indices after every call. Prints its seed; set HKV_SEED to replay one.
+// tables and state indices after every call; on the engine backend (its _engine twin) the copy
+// lists each call hands out are compared too. Prints its seed; set HKV_SEED to replay one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
 
 #include "hybridkv/testing/fault_env.h"
+#include "hybridkv/testing/host_engine.h"
 #include "lifecycle_fixture.h"
 
 namespace hybridkv {
@@ -25,9 +28,26 @@ constexpr uint64_t kOperations = 1'500;
 constexpr uint64_t kOperations = 6'000;
 #endif
 
+// The copy lists a rank's engine ran since the last call (engine backend; none elsewhere).
+void observe_copies(testing::HostEngine* engine, std::ostringstream& o) {
+  if (engine == nullptr) return;
+  (void)engine->run();  // what the call queued and nobody waited for yet
+  for (const EngineCopyBatch& b : engine->take_ran()) {
+    o << " | batch " << b.event.ticket;
+    for (const EngineCopyList& l : b.lists) {
+      o << " " << static_cast<int>(l.src_tier) << ">" << static_cast<int>(l.dst_tier) << " pg"
+        << l.src_pool_group.value << ">" << l.dst_pool_group.value;
+      for (size_t i = 0; i < l.src_slots.size(); ++i)
+        o << ' ' << l.src_slots[i] << ':' << l.dst_slots[i];
+    }
+  }
+}
+
 // What a rank can see of its manager's decisions after a call: the call's answer, every live
-// request's tables and state indices, and the pages moved between tiers.
-std::string observe(KvCacheManager& m, const std::vector<Request>& requests, const Status& s) {
+// request's tables and state indices, the pages moved between tiers and, on the engine
+// backend, the copy lists themselves.
+std::string observe(KvCacheManager& m, testing::HostEngine* engine,
+                    const std::vector<Request>& requests, const Status& s) {
   std::ostringstream o;
   o << status_code_name(s.code());
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -48,11 +68,12 @@ std::string observe(KvCacheManager& m, const std::vector<Request>& requests, con
   }
   const IterationStats it = m.take_iteration_stats();
   o << " | moved " << it.pages_offloaded << '/' << it.pages_onboarded << '/' << it.pages_dropped;
+  observe_copies(engine, o);
   return o.str();
 }
 
 // One rank: the schedule of `seed` on its manager, one observation per call.
-std::vector<std::string> drive(KvCacheManager& m, uint64_t seed) {
+std::vector<std::string> drive(KvCacheManager& m, testing::HostEngine* copies, uint64_t seed) {
   std::mt19937_64 rng(seed);  // the schedule: every rank draws the same calls
   testing::FakeEngine engine(m);
   std::vector<std::vector<int32_t>> prefixes;  // shared prompt starts: reuse between requests
@@ -85,7 +106,7 @@ std::vector<std::string> drive(KvCacheManager& m, uint64_t seed) {
       s = r.cache->close();
       if (s) r = Request{};
     }
-    log.push_back(observe(m, requests, s));
+    log.push_back(observe(m, copies, requests, s));
   }
   for (Request& r : requests) {
     if (r.cache) (void)r.cache->close();
@@ -101,11 +122,14 @@ TEST(Agreement, TwoRanksFedTheSameCallsDecideAlikeWhateverTheirCopiesTiming) {
   LifecycleModel model;  // 2 MiB GPU, 4 MiB host: preemption, offload and onboarding
   std::vector<std::shared_ptr<testing::FaultInjectionEnv>> envs;
   std::vector<std::unique_ptr<KvCacheManager>> ranks;
+  std::vector<testing::HostEngine*> engines;  // the engine twin's: copy lists compared too
   for (uint32_t rank = 0; rank < 2; ++rank) {
     envs.push_back(std::make_shared<testing::FaultInjectionEnv>());
     envs.back()->set_copy_jitter(rank == 0 ? 300 : 40, seed + rank);
-    BackendOptions backend = testing::test_backend();
-    backend.env = envs.back();
+    BackendOptions backend = testing::test_backend(envs.back());
+    auto* engine = dynamic_cast<testing::HostEngine*>(backend.engine.get());
+    if (engine != nullptr) engine->record(true);
+    engines.push_back(engine);
     backend.device = static_cast<int>(rank);  // the cuda twin: a GPU per rank where there are two
     Result<std::unique_ptr<KvCacheManager>> m =
         KvCacheManager::create(testing::lifecycle_config(model), backend);
@@ -117,8 +141,8 @@ TEST(Agreement, TwoRanksFedTheSameCallsDecideAlikeWhateverTheirCopiesTiming) {
     ranks.push_back(std::move(m).value());
   }
   std::vector<std::string> logs[2];
-  std::thread other([&] { logs[1] = drive(*ranks[1], seed); });
-  logs[0] = drive(*ranks[0], seed);
+  std::thread other([&] { logs[1] = drive(*ranks[1], engines[1], seed); });
+  logs[0] = drive(*ranks[0], engines[0], seed);
   other.join();
   ASSERT_EQ(logs[0].size(), logs[1].size());
   uint64_t moved = 0;
@@ -127,6 +151,12 @@ TEST(Agreement, TwoRanksFedTheSameCallsDecideAlikeWhateverTheirCopiesTiming) {
     moved += logs[0][i].find("moved 0/0/0") == std::string::npos;
   }
   EXPECT_GT(moved, kOperations / 50) << "the schedule moved almost nothing between tiers";
+  if (engines[0] != nullptr) {
+    const uint64_t batches = std::count_if(logs[0].begin(), logs[0].end(), [](const auto& l) {
+      return l.find("| batch") != std::string::npos;
+    });
+    EXPECT_GT(batches, kOperations / 50) << "the copy lists were hardly compared";
+  }
   for (auto& m : ranks) EXPECT_EQ(testing::check_invariants(*m), "");
 }
 

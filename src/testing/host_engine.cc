@@ -2,6 +2,8 @@
 // list handed out is turned back into slot copies for that backend's copy engine.
 #include "hybridkv/testing/host_engine.h"
 
+#include <utility>
+
 #include "memory/backends.h"
 
 namespace hybridkv::testing {
@@ -54,8 +56,19 @@ uint64_t HostEngine::run() {
     }
     (void)queue_->done(batch.event);
     ++counts_.batches;
+    if (record_) ran_.push_back(batch);
   }
   return batches.size();
+}
+
+void HostEngine::record(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  record_ = on;
+}
+
+std::vector<EngineCopyBatch> HostEngine::take_ran() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(ran_, {});
 }
 
 HostEngine::Counts HostEngine::counts() const {

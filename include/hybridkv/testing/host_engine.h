@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "hybridkv/engine_memory.h"
 #include "hybridkv/env.h"
@@ -41,6 +42,9 @@ class HostEngine final : public EngineMemory {
     uint64_t copies = 0;
   };
   Counts counts() const;
+  // Keeps every batch it runs from now on, for take_ran (ranks comparing their copy lists).
+  void record(bool on);
+  std::vector<EngineCopyBatch> take_ran();
 
  private:
   std::shared_ptr<Env> env_;
@@ -48,6 +52,8 @@ class HostEngine final : public EngineMemory {
   EngineCopyQueue* queue_ = nullptr;
   mutable std::mutex mu_;  // one run at a time
   Counts counts_;
+  bool record_ = false;
+  std::vector<EngineCopyBatch> ran_;
 };
 
 }  // namespace hybridkv::testing

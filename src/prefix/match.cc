@@ -87,6 +87,8 @@ void Matcher::walk_full_blocks() {
         diverged = true;
         break;
       }
+      // The pruning passes read every block's pages next: fetched while the walk goes on.
+      __builtin_prefetch(tree_.pages(child).data());
       mp_.path.push_back(child);
       pos_ += tpb_;
     }
@@ -238,9 +240,10 @@ void Matcher::prune_and_report() {
   prune(backed_off);
   try_partial_siblings(backed_off);
   m.dropped_snapshot_tokens = dropped_snapshot_tokens(m.reused_tokens, m.hybrid_tokens);
-  for (size_t i = 0; i < mp_.path.size(); ++i) {
-    if (tree_.node(mp_.path[i]).demanded && (i + 1) * tpb_ > m.reused_tokens)
-      m.demand_points.push_back((i + 1) * tpb_);
+  // Blocks ending past the reused tokens only (i + 1 > reused / tpb): the nodes below are not
+  // read again.
+  for (size_t i = m.reused_tokens / tpb_; i < mp_.path.size(); ++i) {
+    if (tree_.node(mp_.path[i]).demanded) m.demand_points.push_back((i + 1) * tpb_);
   }
   report_groups(backed_off);
 }

@@ -18,7 +18,7 @@ NodeId KeyIndex::find(const BlockKey& key) const {
 }
 
 void KeyIndex::grow() {
-  std::vector<Slot> old = std::move(slots_);
+  std::vector<Slot, HugePageAllocator<Slot>> old = std::move(slots_);
   slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
   size_ = 0;
   for (const Slot& s : old) {

@@ -12,6 +12,8 @@
 #include <span>
 #include <vector>
 
+#include "util/huge_pages.h"
+
 #include "hybridkv/ids.h"
 #include "prefix/block_hash.h"
 #include "storage/page.h"
@@ -75,7 +77,7 @@ class KeyIndex {
   };
   size_t home(const BlockKey& key) const { return BlockKeyHash()(key) & (slots_.size() - 1); }
   void grow();
-  std::vector<Slot> slots_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
   size_t size_ = 0;
 };
 

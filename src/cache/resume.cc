@@ -187,6 +187,8 @@ Status ManagerCore::suspend(uint32_t id) {
   return Status::ok();
 }
 
+// The match's pages (planned by the index: MatchPlan::pages) become the cache's: per group,
+// one storage call for the references and one index call for the served counts.
 void ManagerCore::attach_match(CacheRecord& rec, const prefix::MatchPlan& mp) {
   const uint32_t tpb = plan_.config().tokens_per_block;
   const uint64_t L = mp.match.reused_tokens;
@@ -194,11 +196,7 @@ void ManagerCore::attach_match(CacheRecord& rec, const prefix::MatchPlan& mp) {
   rec.capacity = rec.history = rec.committed = L;
   const uint64_t blocks = blocks_for(L, tpb);
   rec.attention_blocks = blocks;
-  auto take = [&](PageId page) {
-    storage_.add_ref(page, Ref::kSuspended);
-    index_.record_served(page);
-    ++storage_.stats().groups[storage_.page(page).group.value].reused_blocks;
-  };
+  std::vector<PageId> taken;  // one entry per reference the cache takes
   for (const CacheGroup& g : plan_.cache_groups()) {
     GroupState& gs = rec.groups[g.id.value];
     if (g.kind == GroupKind::kAttention) {
@@ -207,24 +205,24 @@ void ManagerCore::attach_match(CacheRecord& rec, const prefix::MatchPlan& mp) {
       gs.stale_from = g.first_live_block(L, tpb);
     }
     if (L == 0 || g.policy == ReusePolicy::kPrivate) continue;
+    const std::vector<PageId>& reused = mp.pages[g.id.value];
+    taken.clear();
     if (g.kind == GroupKind::kSsm) {
-      const PageId snap = index_.matched_snapshot(mp, g.id);
-      if (snap == kNoPage) continue;
-      for (PageId& e : gs.pages) {
-        e = snap;
-        take(snap);
-      }
+      if (reused.front() == kNoPage) continue;
+      gs.pages.assign(gs.pages.size(), reused.front());
+      taken.assign(gs.pages.size(), reused.front());
       gs.copy_pending = true;
-      continue;
+    } else {
+      for (uint64_t b = 0; b < blocks; ++b) {
+        if (!block_needed(g, b, L, L) || reused[b] == kNoPage) continue;  // kNoPage: OPTIONAL
+        std::fill(rec.row(g.id, b), rec.row(g.id, b) + rec.beam_width, reused[b]);
+        taken.insert(taken.end(), rec.beams_at(b), reused[b]);
+      }
+      gs.copy_pending = L % tpb != 0;
     }
-    for (uint64_t b = 0; b < blocks; ++b) {
-      if (!block_needed(g, b, L, L)) continue;
-      const PageId page = index_.matched_page(mp, g.id, b);
-      if (page == kNoPage) continue;  // an incomplete OPTIONAL group
-      std::fill(rec.row(g.id, b), rec.row(g.id, b) + rec.beam_width, page);
-      for (uint32_t k = 0; k < rec.beams_at(b); ++k) take(page);
-    }
-    gs.copy_pending = L % tpb != 0;
+    storage_.add_refs(taken, Ref::kSuspended);
+    index_.record_served(taken);
+    if (!taken.empty()) storage_.stats().groups[g.id.value].reused_blocks += taken.size();
   }
   // The next commit hangs under the last full block of the match.
   rec.commit_parent = L >= tpb ? mp.path[L / tpb - 1] : mp.root;

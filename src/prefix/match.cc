@@ -353,6 +353,7 @@ MatchPlan PrefixIndex::match_and_mark_demand(const ReuseScope& scope,
                                              std::span<const int32_t> tokens,
                                              std::span<const MultimodalItem> multimodal) {
   MatchPlan mp = match(hasher_, scope, tokens, multimodal);
+  fill_reused_pages(mp);
   // Attention could reuse more than the snapshots allowed: mark the block end where a snapshot
   // would have helped, so that requests passing it (this one first) take one there.
   const uint32_t tpb = plan_.config().tokens_per_block;

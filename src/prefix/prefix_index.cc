@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "util/blocks.h"
 #include "util/check.h"
 
 namespace hybridkv::prefix {
@@ -66,11 +67,30 @@ void PrefixIndex::record_lookup(const ReuseMatch& m, std::span<const CacheGroupI
   }
 }
 
-void PrefixIndex::record_served(PageId page) {
-  const storage::Page& p = storage_.page(page);
-  ++stats_.pages_served_by_tier[static_cast<size_t>(p.tier)];
-  ++stats_.groups[p.group.value].served_by_tier[static_cast<size_t>(p.tier)];
-  note_served(page);
+void PrefixIndex::record_served(std::span<const PageId> pages) {
+  for (PageId page : pages) {
+    const storage::Page& p = storage_.page(page);
+    ++stats_.pages_served_by_tier[static_cast<size_t>(p.tier)];
+    ++stats_.groups[p.group.value].served_by_tier[static_cast<size_t>(p.tier)];
+    note_served(page);
+  }
+}
+
+void PrefixIndex::fill_reused_pages(MatchPlan& mp) const {
+  const uint64_t reused = mp.match.reused_tokens;
+  mp.pages.assign(plan_.cache_groups().size(), {});
+  if (reused == 0) return;
+  const uint64_t blocks = blocks_for(reused, plan_.config().tokens_per_block);
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    std::vector<PageId>& out = mp.pages[g.id.value];
+    if (g.policy == ReusePolicy::kPrivate) continue;
+    if (g.kind == GroupKind::kSsm) {
+      out.push_back(matched_snapshot(mp, g.id));
+      continue;
+    }
+    out.reserve(blocks);
+    for (uint64_t b = 0; b < blocks; ++b) out.push_back(matched_page(mp, g.id, b));
+  }
 }
 
 NodeId PrefixIndex::root(const ReuseScope& scope) { return tree_.root(hasher_.root(scope)); }

@@ -33,6 +33,11 @@ struct MatchPlan {
   std::vector<NodeId> path;  // full nodes of blocks 0, 1, ...
   NodeId tail = kNoNode;     // node of the partially used last block, if any
   uint64_t tail_tokens = 0;  // tokens of the tail node matched
+  // What the match reuses, per cache group (match_and_mark_demand fills it; probes do not):
+  // an attention group's tree page of each block [0, ceil(reused / tokens_per_block)), an SSM
+  // group's snapshot at the reused tokens (one entry); kNoPage where the tree has none, and
+  // nothing for PRIVATE groups or an empty match.
+  std::vector<std::vector<storage::PageId>> pages;
 };
 
 // What became of a page a commit offered for a block.
@@ -56,18 +61,24 @@ class PrefixIndex final : public storage::PageOwner {
   // What the tree can restore of `tokens`. Reads only (the hasher is the caller's).
   MatchPlan match(BlockHasher& hasher, const ReuseScope& scope, std::span<const int32_t> tokens,
                   std::span<const MultimodalItem> multimodal) const;
-  // match() with the index's own hasher; then marks the block end where attention reached past
-  // the last snapshot, so that requests passing it (this one first) take a snapshot there.
+  // match() with the index's own hasher and the pages it reuses (MatchPlan::pages); then marks
+  // the block end where attention reached past the last snapshot, so that requests passing it
+  // (this one first) take a snapshot there.
   MatchPlan match_and_mark_demand(const ReuseScope& scope, std::span<const int32_t> tokens,
                                   std::span<const MultimodalItem> multimodal);
+  // Counts a lookup for `groups` (and reused pages served per tier).
+  void record_lookup(const ReuseMatch& match, std::span<const CacheGroupId> groups);
+  // A cache took these pages of a match (once per reference).
+  void record_served(std::span<const storage::PageId> pages);
+
+ private:
   // The tree page of `group` for `block` of a match (the tail node past the path), or kNoPage.
   storage::PageId matched_page(const MatchPlan& mp, CacheGroupId group, uint64_t block) const;
   // The SSM snapshot of `group` exactly at the match's reused tokens, or kNoPage.
   storage::PageId matched_snapshot(const MatchPlan& mp, CacheGroupId group) const;
-  // Counts a lookup for `groups` (and reused pages served per tier).
-  void record_lookup(const ReuseMatch& match, std::span<const CacheGroupId> groups);
-  void record_served(storage::PageId page);
+  void fill_reused_pages(MatchPlan& mp) const;
 
+ public:
   // --- commits ---
   // The root of a scope (pinned for as long as it lives).
   NodeId root(const ReuseScope& scope);

@@ -226,6 +226,10 @@ void Storage::drop_ref(PageId id, Ref ref) {
   refresh(id);
 }
 
+void Storage::add_refs(std::span<const PageId> pages, Ref ref) {
+  for (PageId id : pages) add_ref(id, ref);
+}
+
 std::vector<PageId> Storage::allocate_active(std::span<const PageRequest> want) {
   std::vector<PageId> out;
   out.reserve(want.size());

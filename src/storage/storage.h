@@ -127,6 +127,8 @@ class Storage {
     CacheGroupId group;
     int32_t priority = kDefaultPriority;
   };
+  // One reference of `ref` on each page, in order (a page listed twice gets two).
+  void add_refs(std::span<const PageId> pages, Ref ref);
   // Fresh GPU pages, each LOCKED by one active reference. Requires: the room (max_room, then
   // make_room) for all of them.
   std::vector<PageId> allocate_active(std::span<const PageRequest> want);

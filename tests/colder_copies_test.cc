@@ -4,6 +4,8 @@
 // page.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -16,10 +18,11 @@ namespace hybridkv::storage {
 namespace {
 
 // One full-attention layer, 8 KiB slots: GPU 64 KiB = 8 slots, HOST 32 KiB = 4 slots.
-StoragePlan plan_with_host(bool keep_copies) {
+StoragePlan plan_with_host(bool keep_copies, const std::string& offload = "selective") {
   ManagerConfig c;
   c.tokens_per_block = 16;
   c.policies.keep_colder_copies = keep_copies;
+  c.policies.offload = offload;
   AttentionLayerConfig a;
   a.id = 0;
   a.buffers = {{"key", 4096, {}, {}}, {"value", 4096, {}, {}}};
@@ -36,8 +39,8 @@ struct Recorder : PageOwner {
 
 class ColderCopies : public ::testing::Test {
  protected:
-  void make(bool keep_copies = true) {
-    plan_ = std::make_unique<StoragePlan>(plan_with_host(keep_copies));
+  void make(bool keep_copies = true, const std::string& offload = "selective") {
+    plan_ = std::make_unique<StoragePlan>(plan_with_host(keep_copies, offload));
     backend_ = std::move(memory::make_backend({BackendKind::kHost})).value();
     ASSERT_TRUE(backend_->allocate(*plan_).is_ok());
     storage_ = std::make_unique<Storage>(*plan_, backend_.get());
@@ -159,6 +162,38 @@ TEST_F(ColderCopies, ACopyGoesWhenItsPageStopsBeingATreePageOrIsDropped) {
   EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{1}));
   EXPECT_EQ(host_used(), 0u);
   EXPECT_EQ(storage_->stats().pages_returned_to_copy, 0u);
+  EXPECT_EQ(storage_->check(), "");
+}
+
+// Offload policy "room" (issue 35 item 1: no snapshot dropped while memory is not short): a
+// demoted page goes back to its copy while the host has a free slot, and is dropped (its copy
+// with it) once the host is full.
+TEST_F(ColderCopies, UnderRoomADemotedPageKeepsItsCopyUntilTheHostIsFull) {
+  make(/*keep_copies=*/true, "room");
+  const std::vector<PageId> ids = fill_gpu();
+  make_room(*storage_, kGpuTier, pg_, 2, recorder_);
+  storage_->move(ids[0], kGpuTier);
+  storage_->move(ids[1], kGpuTier);
+  settle();
+  ASSERT_EQ(host_used(), 2u);
+  storage_->set_demoted(ids[0], true);
+  storage_->set_demoted(ids[1], true);
+  make_room(*storage_, kGpuTier, pg_, 1, recorder_);  // the host has room: back to its copy
+  EXPECT_TRUE(recorder_.dropped.empty());
+  EXPECT_EQ(storage_->stats().pages_returned_to_copy, 1u);
+  // The host fills up: the other demoted page is dropped, and its copy goes with it.
+  std::vector<PageId> on_host;
+  while (storage_->counts(kHost, pg_).free > 0) {
+    on_host.push_back(storage_->allocate(CacheGroupId(0), kHost));
+    storage_->set_owner(on_host.back(), static_cast<OwnerTag>(100 + on_host.size()));
+  }
+  const uint64_t full = host_used();
+  const PageId other = storage_->page(ids[0]).tier == TierKind::kGpu ? ids[0] : ids[1];
+  ASSERT_EQ(storage_->page(other).tier, TierKind::kGpu);
+  make_room(*storage_, kGpuTier, pg_, 2, recorder_);  // one slot is free already: one eviction
+  EXPECT_FALSE(storage_->page(other).live);
+  EXPECT_EQ(recorder_.dropped.size(), 1u);
+  EXPECT_EQ(host_used(), full - 1);
   EXPECT_EQ(storage_->check(), "");
 }
 

@@ -136,7 +136,7 @@ TEST(EvictionPolicy, UnknownNamesAreRefusedNamingTheFieldAndTheKnownOnes) {
   EXPECT_NE(KvCacheManager::create(c, {BackendKind::kNone})
                 .status()
                 .message()
-                .find("policies.offload: no policy 'some' (known: selective, all)"),
+                .find("policies.offload: no policy 'some' (known: selective, all, room)"),
             std::string::npos);
   c = testing::lifecycle_config(testing::LifecycleModel{});
   c.policies.rebalance = "on";

@@ -104,7 +104,8 @@ struct PolicyConfig {
   //  - "lru": (priority, LRU), as an attention-only cache.
   std::string eviction = "priced";
   // Whether a DROPPABLE page evicted from a tier goes down to the next one: "selective"
-  // (default: only when it is worth the bus: not demoted by the prefix index), or "all".
+  // (default: only when it is worth the bus: not demoted by the prefix index), "all", or
+  // "room" (selective while the tier below is full; while it has a free slot, every page).
   std::string offload = "selective";
   // A tree page onboarded from a colder tier leaves its bytes there as a copy (tree pages never
   // change): evicting the page again goes back to the copy with no transfer. Copies are the

@@ -98,7 +98,8 @@ class EngineBackend final : public MemoryBackend, public EngineCopyQueue {
     }
     std::vector<EngineCopyBatch> out;
     out.reserve(taken.size());
-    for (const QueuedBatch& q : taken) out.push_back({{q.ticket}, copy_lists(slot_bytes_, q.copies)});
+    for (const QueuedBatch& q : taken)
+      out.push_back({{q.ticket}, copy_lists(slot_bytes_, q.copies)});
     return out;
   }
 

@@ -105,9 +105,9 @@ std::optional<Eviction> Storage::next_eviction(TierIndex tier, PoolGroupId pg, u
   Eviction e{victim, Eviction::Action::kDrop, tier, tier, !v.demoted};
   if (v.is_copy()) {
     e.action = Eviction::Action::kReleaseCopy;
-  } else if (v.copy_below != kNoPage && worth_moving(v)) {
+  } else if (v.copy_below != kNoPage && worth_moving(v, page(v.copy_below).tier_index)) {
     e.action = Eviction::Action::kReturnToCopy;
-  } else if (below && worth_moving(v)) {
+  } else if (below && worth_moving(v, *below)) {
     e.action = Eviction::Action::kMoveDown;
     e.below = *below;
   }
@@ -136,9 +136,11 @@ void Storage::evict(const Eviction& e) {
   }
 }
 
-// A HELD page always moves down; a DROPPABLE one when the offload policy admits it.
-bool Storage::worth_moving(const Page& p) const {
-  return p.state() == PageState::kHeld || offload_->admit(p);
+// A HELD page always moves down; a DROPPABLE one when the offload policy admits it to `to`.
+bool Storage::worth_moving(const Page& p, TierIndex to) const {
+  if (p.state() == PageState::kHeld) return true;
+  const PoolSlots& s = slots(to, p.pool_group);
+  return offload_->admit(p, {s.free_count(), s.total});
 }
 
 SlotId Storage::take_slot(TierIndex tier, PoolGroupId pg) {

@@ -235,7 +235,7 @@ class Storage {
   uint64_t room_below(TierIndex tier, PoolGroupId pg) const;
   // The first tier below `tier` where room for one page of `pg` can be made.
   std::optional<TierIndex> destination_below(TierIndex tier, PoolGroupId pg) const;
-  bool worth_moving(const Page& p) const;
+  bool worth_moving(const Page& p, TierIndex to) const;
   SlotId take_slot(TierIndex tier, PoolGroupId pg);
   // The page now sits in `slot` of its tier and pool group (Page::slot and the slot's occupant).
   void seat(PageId id, SlotId slot);

@@ -61,6 +61,16 @@ class ColderCopies : public ::testing::Test {
     return ids;
   }
   void settle() { backend_->wait(storage_->flush()); }
+  // fill_gpu, then tags 0 and 1 go down to the host and come back up, leaving their copies
+  // there.
+  std::vector<PageId> fill_gpu_with_two_host_copies() {
+    const std::vector<PageId> ids = fill_gpu();
+    make_room(*storage_, kGpuTier, pg_, 2, recorder_);
+    storage_->move(ids[0], kGpuTier);
+    storage_->move(ids[1], kGpuTier);
+    settle();
+    return ids;
+  }
   // The page holds the bytes fill_gpu wrote for tag `tag`, at both ends of its slot.
   void expect_bytes(PageId id, size_t tag) {
     const std::byte* at = bytes_of(id);
@@ -143,11 +153,7 @@ TEST_F(ColderCopies, CopiesAreTheColderTiersFirstVictimsAndGoSilently) {
 
 TEST_F(ColderCopies, ACopyGoesWhenItsPageStopsBeingATreePageOrIsDropped) {
   make();
-  const std::vector<PageId> ids = fill_gpu();
-  make_room(*storage_, kGpuTier, pg_, 2, recorder_);
-  storage_->move(ids[0], kGpuTier);
-  storage_->move(ids[1], kGpuTier);
-  settle();
+  const std::vector<PageId> ids = fill_gpu_with_two_host_copies();
   ASSERT_EQ(host_used(), 2u);
   // Tag 0: a cache holds it and the tree lets it go: its bytes may change from now on.
   storage_->add_ref(ids[0], Ref::kActive);
@@ -170,11 +176,7 @@ TEST_F(ColderCopies, ACopyGoesWhenItsPageStopsBeingATreePageOrIsDropped) {
 // with it) once the host is full.
 TEST_F(ColderCopies, UnderRoomADemotedPageKeepsItsCopyUntilTheHostIsFull) {
   make(/*keep_copies=*/true, "room");
-  const std::vector<PageId> ids = fill_gpu();
-  make_room(*storage_, kGpuTier, pg_, 2, recorder_);
-  storage_->move(ids[0], kGpuTier);
-  storage_->move(ids[1], kGpuTier);
-  settle();
+  const std::vector<PageId> ids = fill_gpu_with_two_host_copies();
   ASSERT_EQ(host_used(), 2u);
   storage_->set_demoted(ids[0], true);
   storage_->set_demoted(ids[1], true);

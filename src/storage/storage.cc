@@ -228,30 +228,6 @@ void Storage::drop_ref(PageId id, Ref ref) {
   refresh(id);
 }
 
-void Storage::add_refs(std::span<const PageId> pages, Ref ref) {
-  for (PageId id : pages) add_ref(id, ref);
-}
-
-std::vector<PageId> Storage::allocate_active(std::span<const PageRequest> want) {
-  std::vector<PageId> out;
-  out.reserve(want.size());
-  for (const PageRequest& r : want) {
-    out.push_back(allocate(r.group, kGpuTier, r.priority));
-    add_ref(out.back(), Ref::kActive);
-  }
-  return out;
-}
-
-void Storage::change_refs(std::span<const RefChange> changes) {
-  for (const RefChange& c : changes) {
-    if (c.to) {
-      convert_ref(c.page, c.from, *c.to);
-    } else {
-      drop_ref(c.page, c.from);
-    }
-  }
-}
-
 void Storage::convert_ref(PageId id, Ref from, Ref to) {
   Page& p = mutable_page(id);
   uint32_t& src = from == Ref::kActive ? p.active_refs : p.suspended_refs;

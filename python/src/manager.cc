@@ -8,6 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <mutex>
+#include <utility>
 
 #include "arrays.h"
 #include "bindings.h"
@@ -91,12 +92,13 @@ class Manager {
   }
 
   // BackendKind.ENGINE: the copies the steps handed out and those queued since, oldest first.
-  std::vector<EngineCopyBatch> take_copies() {
-    return locked([&](HybridCacheManager& h) {
-      std::vector<EngineCopyBatch> out = std::move(copies_);
-      copies_.clear();
+  // Other backends: the error KvCacheManager.take_copies gives.
+  Result<std::vector<EngineCopyBatch>> take_copies() {
+    return locked([&](HybridCacheManager& h) -> Result<std::vector<EngineCopyBatch>> {
       Result<std::vector<EngineCopyBatch>> more = h.manager().take_copies();
-      if (more) out.insert(out.end(), more->begin(), more->end());
+      if (!more) return more.status();
+      std::vector<EngineCopyBatch> out = std::exchange(copies_, {});
+      out.insert(out.end(), more->begin(), more->end());
       return out;
     });
   }
@@ -428,7 +430,8 @@ void bind_steps(nb::class_<Manager>& cls) {
       .def_prop_ro(
           "num_requests", [](Manager& m) { return m.h().num_requests(); }, "Requests alive.")
       .def(
-          "take_copies", [](Manager& m) { return copies_to_python(m.take_copies()); },
+          "take_copies",
+          [](Manager& m) { return copies_to_python(value_or_raise(m.take_copies())); },
           "BackendKind.ENGINE: the copy batches the steps handed out and those queued since, "
           "oldest first (KvCacheManager.take_copies); run them before the step's kernels, then "
           "copies_done(event).")

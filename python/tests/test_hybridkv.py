@@ -491,3 +491,20 @@ def test_engine_owned_memory_hands_out_the_copies():
     host = hk.KvCacheManager.create(small_manager_config())
     with pytest.raises(hk.HybridKvError, match="only .engine. hands them out"):
         host.take_copies()
+
+
+def test_a_hybrid_managers_steps_keep_their_copies_until_taken():
+    """The snapshot copy a commit queues comes out of take_copies after the step that took it."""
+    h = hk.HybridCacheManager(model(), serving(), hk.BackendKind.ENGINE)
+    h.add_request(1, list(range(200)))
+    h.resume(1)
+    h.take_copies()
+    prefill(h, 1, h.next_snapshot_point(1))
+    h.decode_step([1])  # the step takes the queued copies; the manager keeps them for Python
+    batches = h.take_copies()
+    assert batches and any(l["src_tier"] == hk.TierKind.GPU and l["dst_tier"] == hk.TierKind.GPU
+                           for b in batches for l in b["lists"])
+    h.copies_done(batches[-1]["event"])
+    assert h.take_copies() == []
+    with pytest.raises(hk.HybridKvError, match="only 'engine' hands them out"):
+        hk.HybridCacheManager(model(), serving(), hk.BackendKind.NONE).take_copies()

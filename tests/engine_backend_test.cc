@@ -43,6 +43,11 @@ std::vector<Copy> flatten(const std::vector<EngineCopyBatch>& batches) {
   for (const EngineCopyBatch& b : batches) {
     for (const EngineCopyList& l : b.lists) {
       EXPECT_EQ(l.src_slots.size(), l.dst_slots.size());
+      if (l.src_tier == l.dst_tier && l.src_pool_group == l.dst_pool_group) {
+        // Within one memory no copy of a list reads a slot another copy of it writes.
+        const std::set<uint32_t> read(l.src_slots.begin(), l.src_slots.end());
+        for (uint32_t slot : l.dst_slots) EXPECT_EQ(read.count(slot), 0u) << "slot " << slot;
+      }
       for (size_t i = 0; i < l.src_slots.size(); ++i)
         out.push_back({l.src_tier, l.dst_tier, l.src_slots[i], l.dst_slots[i], l.src_pool_group});
     }

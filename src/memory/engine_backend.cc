@@ -17,12 +17,13 @@
 namespace hybridkv::memory {
 namespace {
 
-// The lists of one batch: a new list where the tiers or pool groups change, or where a copy
-// would read a slot an earlier copy of the current list writes.
+// The lists of one batch: a new list where the tiers or pool groups change, or, within one tier
+// and pool group, where a copy would read a slot an earlier copy of the list writes or write a
+// slot an earlier copy reads (so an engine may run a list's copies in any order).
 std::vector<EngineCopyList> copy_lists(const std::vector<uint64_t>& slot_bytes,
                                        std::span<const SlotCopy> copies) {
   std::vector<EngineCopyList> lists;
-  std::unordered_set<uint32_t> written;  // destination slots of the current list
+  std::unordered_set<uint32_t> read, written;  // slots of the current list (same-tier lists)
   for (const SlotCopy& c : copies) {
     if (c.cancelled) continue;
     const PoolGroupId dst_pg = c.dst_pool_group.value_or(c.pool_group);
@@ -30,18 +31,22 @@ std::vector<EngineCopyList> copy_lists(const std::vector<uint64_t>& slot_bytes,
     const bool same = last != nullptr && last->src_tier == c.src_tier &&
                       last->dst_tier == c.dst_tier && last->src_pool_group == c.pool_group &&
                       last->dst_pool_group == dst_pg;
-    // Within one tier and pool group a source may be an earlier destination.
-    const bool reads_written =
-        same && c.src_tier == c.dst_tier && c.pool_group == dst_pg && written.count(c.src_slot);
-    if (!same || reads_written) {
+    const bool one_memory = c.src_tier == c.dst_tier && c.pool_group == dst_pg;
+    const bool hazard =
+        one_memory && (written.count(c.src_slot) != 0 || read.count(c.dst_slot) != 0);
+    if (!same || hazard) {
       lists.push_back(
           {c.src_tier, c.dst_tier, c.pool_group, dst_pg, slot_bytes[c.pool_group.value], {}, {}});
+      read.clear();
       written.clear();
       last = &lists.back();
     }
     last->src_slots.push_back(c.src_slot);
     last->dst_slots.push_back(c.dst_slot);
-    written.insert(c.dst_slot);
+    if (one_memory) {
+      read.insert(c.src_slot);
+      written.insert(c.dst_slot);
+    }
   }
   return lists;
 }

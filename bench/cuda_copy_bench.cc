@@ -111,8 +111,8 @@ std::vector<memory::SlotCopy> batch(PoolGroupId pg, TierKind from, TierKind to, 
 // The same moves one cudaMemcpyAsync per `chunk` bytes of each slot.
 double per_copy(Setup& s, PoolGroupId pg, TierKind from, TierKind to, uint32_t n, uint64_t chunk) {
   const uint64_t slot = s.plan.pool_group(pg).pools[0].slot_bytes;
-  std::byte* src = s.backend->pool_base(from, pg, 0);
-  std::byte* dst = s.backend->pool_base(to, pg, 0);
+  std::byte* src = s.backend->pool_base(from, pg, 0, 0);
+  std::byte* dst = s.backend->pool_base(to, pg, 0, 0);
   const uint64_t dst_first = from == to ? n : 0;
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));

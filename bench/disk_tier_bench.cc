@@ -89,7 +89,7 @@ int run(const std::string& dir, BackendKind kind) {
     const PoolGroup& pg = plan.pool_group(o.pool_group);
     for (uint32_t p = 0; p < pg.pools.size(); ++p) {
       pages.emplace_back(
-          backend->pool_base(TierKind::kGpu, pg.id, p) + o.src_slot * pg.pools[p].slot_bytes,
+          backend->pool_base(TierKind::kGpu, pg.id, p, 0) + o.src_slot * pg.pools[p].slot_bytes,
           pg.pools[p].slot_bytes);
       bytes += pg.pools[p].slot_bytes;
     }

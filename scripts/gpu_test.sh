@@ -12,6 +12,8 @@
 #   bench     the copy-limit probe, cuda_copy_bench, disk_tier_bench, the GPU example, a verified
 #             sim of the bundled slice on the cuda backend, and hf:
 #   hf        hybridkv.hf's per-family report, fp32 and bf16 models
+#   ranks     ranks_copy_bench: one rank per GPU, every device moving at once (with one GPU:
+#             two ranks on it, which checks the path but measures no per-device figure)
 # Usage:
 #   here:  bash scripts/gpu_deps.sh                 (packs what the GPU image lacks)
 #   there: bash scripts/gpu_test.sh [tests] [sanitize] [bench]     (default: all three)
@@ -116,6 +118,16 @@ bench() {
   hf
 }
 
+ranks() {
+  local n
+  n=$(nvidia-smi -L | wc -l)
+  {
+    if [ "$n" -ge 2 ]; then timeout 300 "$B/bench/ranks_copy_bench"; else timeout 300 "$B/bench/ranks_copy_bench" 0 0; fi
+    echo "ranks_copy_bench rc=$?"
+  } > "$OUT/ranks_bench.md" 2>&1
+  grep -h -E " rc=|lowest" "$OUT/ranks_bench.md" >> "$OUT/summary.txt"
+}
+
 # hybridkv.hf's per-family report on CUDA, fp32 and bf16 models.
 hf() {
   for dt in fp32 bf16; do
@@ -129,10 +141,10 @@ hf() {
 build
 for phase in ${*:-tests sanitize bench}; do
   case $phase in
-    tests | sanitize | bench | hf) "$phase" ;;
+    tests | sanitize | bench | hf | ranks) "$phase" ;;
     ctest) ctest_gpu ;;
     pytest) pytest_gpu ;;
-    *) echo "gpu_test.sh: unknown phase '$phase' (tests, ctest, pytest, sanitize, bench, hf)" >&2
+    *) echo "gpu_test.sh: unknown phase '$phase' (tests, ctest, pytest, sanitize, bench, hf, ranks)" >&2
        exit 2 ;;
   esac
 done

@@ -48,7 +48,7 @@ class ColderCopies : public ::testing::Test {
   }
   std::byte* bytes_of(PageId id) {
     const Page& p = storage_->page(id);
-    return backend_->pool_base(p.tier, pg_, 0) + p.slot.value * slot_bytes_;
+    return backend_->pool_base(p.tier, pg_, 0, 0) + p.slot.value * slot_bytes_;
   }
   // Fills the GPU with tree pages (owner = allocation order), each slot filled with its tag + 1.
   std::vector<PageId> fill_gpu() {

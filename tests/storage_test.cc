@@ -322,7 +322,7 @@ TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
   while (storage.counts(kGpuTier, pg).free > 0) {
     ids.push_back(storage.allocate(CacheGroupId(0), kGpuTier));
     storage.set_owner(ids.back(), static_cast<OwnerTag>(ids.size() - 1));
-    std::byte* at = backend->pool_base(TierKind::kGpu, pg, 0) +
+    std::byte* at = backend->pool_base(TierKind::kGpu, pg, 0, 0) +
                     storage.page(ids.back()).slot.value * slot_bytes;
     std::memset(at, static_cast<int>(ids.size() % 251), slot_bytes);
   }
@@ -339,7 +339,7 @@ TEST(StorageHostBackend, OffloadsOfPagesDroppedBeforeTheCopyRanAreCancelled) {
   for (size_t k = 4; k < 8; ++k) {
     const Page& p = storage.page(ids[k]);
     ASSERT_EQ(p.tier, TierKind::kHost);
-    const std::byte* at = backend->pool_base(TierKind::kHost, pg, 0) + p.slot.value * slot_bytes;
+    const std::byte* at = backend->pool_base(TierKind::kHost, pg, 0, 0) + p.slot.value * slot_bytes;
     EXPECT_EQ(at[0], static_cast<std::byte>((k + 1) % 251)) << "page " << k;
     EXPECT_EQ(at[slot_bytes - 1], static_cast<std::byte>((k + 1) % 251)) << "page " << k;
   }
@@ -370,7 +370,7 @@ TEST(StorageHostBackend, ACopyOutReadsEveryPoolAndTheSlotsNextOwnerWaitsForIt) {
   const SlotId slot = storage.page(page).slot;
   uint64_t total = 0;
   for (uint32_t k = 0; k < pools.size(); ++k) {
-    std::memset(backend->pool_base(TierKind::kGpu, pg, k) + slot.value * pools[k].slot_bytes,
+    std::memset(backend->pool_base(TierKind::kGpu, pg, k, 0) + slot.value * pools[k].slot_bytes,
                 'a' + static_cast<int>(k), pools[k].slot_bytes);
     total += pools[k].slot_bytes;
   }

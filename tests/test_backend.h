@@ -1,9 +1,13 @@
 // The backend the backend-independent tests run on: host by default; with
 // HYBRIDKV_TEST_BACKEND=cuda the same tests run on the GPU (their CTest twins, label `gpu`), and
 // with HYBRIDKV_TEST_BACKEND=engine on memory the engine owns (a fresh testing::HostEngine per
-// call: one per manager; their CTest twins `_engine`, run in CI).
+// call: one per manager; their CTest twins `_engine`, run in CI). HYBRIDKV_TEST_RANKS=2 holds
+// two tensor-parallel ranks in each manager (BackendOptions::devices; the fake engine writes and
+// checks both): on CUDA, one per device where there are two, else both on device 0 (twins
+// `_ranks` on the host backend in CI, `_cuda_ranks` on the GPU).
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -24,6 +28,11 @@ inline BackendOptions test_backend(std::shared_ptr<Env> system = nullptr) {
     return o;
   }
   o.env = std::move(system);
+  if (const char* ranks = std::getenv("HYBRIDKV_TEST_RANKS")) {
+    const int n = std::atoi(ranks);
+    const int devices = o.kind == BackendKind::kCuda ? std::max(cuda_device_count(), 1) : 1;
+    for (int r = 0; r < n; ++r) o.devices.push_back(r % devices);
+  }
   return o;
 }
 

@@ -98,6 +98,7 @@ struct NonFiniteReport {
   uint32_t slot = 0;     // GPU slot of the page
   uint64_t element = 0;  // index within the page
   std::optional<uint64_t> request_id;
+  uint32_t rank = 0;  // the tensor-parallel rank whose memory holds it
 };
 
 class HybridCacheManager {
@@ -169,7 +170,8 @@ class HybridCacheManager {
 
   // Zeroes the replay buffers of the step's replay_resets (one batched kernel on `stream` with
   // the CUDA backend). An engine that resets them itself need not call it.
-  void reset_replay(const Step& step, Stream stream = {});
+  // With several ranks, once per rank (`rank`'s buffers, on its stream).
+  void reset_replay(const Step& step, Stream stream = {}, uint32_t rank = 0);
 
   // --- step buffers at fixed addresses ---
   // A step's index buffers, sized once for the largest step the serving config allows:
@@ -191,13 +193,15 @@ class HybridCacheManager {
     std::vector<CacheGroupId> table_groups;
     bool on_device = false;
   };
-  // Allocated on the first call, then fixed.
-  Result<const StepBuffers*> step_buffers();
+  // Allocated on the first call, then fixed. With several ranks (BackendOptions::devices) each
+  // rank has its own, on its device, holding the same values.
+  Result<const StepBuffers*> step_buffers(uint32_t rank = 0);
   // Writes `step` (prepare_step's, before any other change to its requests) into the step
   // buffers: the CPU writes pinned staging, then one copy ordered on `stream` (the previous
   // fill's copy is waited for first). More entries than capacity, or a block table wider than
   // max_blocks, is an error naming the request, and nothing is written.
-  Status fill_step(const Step& step, Stream stream = {});
+  // With several ranks, once per rank, each on its own stream.
+  Status fill_step(const Step& step, Stream stream = {}, uint32_t rank = 0);
 
   // --- diagnostics ---
   // Scans pages by declared dtype for NaN/Inf: one request's, or every living cache's (one
@@ -221,7 +225,7 @@ class HybridCacheManager {
   std::unique_ptr<Requests> requests_;
   std::vector<std::unique_ptr<KvCache>> dummies_;
   std::vector<bool> dummy_reset_pending_;
-  std::unique_ptr<StepState> step_state_;
+  std::vector<std::unique_ptr<StepState>> step_states_;  // by rank
 };
 
 }  // namespace hybridkv

@@ -134,8 +134,8 @@ class KvCacheManager {
   // Blocks until every copy up to `event` has completed (kEngine: an attached EngineMemory may
   // run them on this thread, else until the engine reports them done).
   void wait(CopyEvent event);
-  // Makes the engine's `stream` wait for every copy up to `event` (CUDA backend: on the device,
-  // the host does not block); backends without streams block until it completes.
+  // Makes the engine's `stream` wait for every copy up to `event` on every rank (CUDA backend:
+  // on the device, the host does not block); backends without streams block until it completes.
   void stream_wait(Stream stream, CopyEvent event);
   // The first copy that failed (a DISK tier write or read), or ok. A page whose write failed is
   // never read as valid: its reader gets 0xff bytes and this status says which.
@@ -143,11 +143,16 @@ class KvCacheManager {
   BackendKind backend_kind() const;
   // Blocks until every copy submitted so far has completed.
   void synchronize() { wait(CopyEvent{UINT64_MAX}); }
-  // Address of slot `slot` of pool `pool` of a pool group on a tier (nullptr: none backend).
-  std::byte* slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool,
-                          uint32_t slot) const;
-  // Sets every byte of each span of pool memory to `value`, ordered on `stream` (CUDA: one
-  // batched kernel on the engine's stream; elsewhere at once).
+  // Tensor-parallel ranks whose pools this manager holds (BackendOptions::devices; 1 else).
+  // One set of tables serves them all: a slot index names the same page on every rank.
+  uint32_t ranks() const;
+  // Address of slot `slot` of pool `pool` of a pool group on a tier, in rank `rank`'s memory
+  // (nullptr: none backend, or no such rank).
+  std::byte* slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool, uint32_t slot,
+                          uint32_t rank = 0) const;
+  // Sets every byte of each span of pool memory (of any rank) to `value`, ordered on `stream`
+  // (CUDA: one batched kernel per rank, on the engine's stream where it is that rank's device;
+  // elsewhere at once).
   void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream = {});
   // Index of the first NaN/Inf element of each span of pool memory read as its dtype, or
   // UINT64_MAX (CUDA: one batched kernel). Requires: the spans' copies completed.

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace hybridkv {
 
@@ -46,16 +47,26 @@ struct PoolTransfer {
 
 struct BackendOptions {
   BackendKind kind = BackendKind::kHost;
-  int device = 0;  // kCuda: the CUDA device of the GPU tier
+  int device = 0;  // kCuda: the CUDA device of the GPU tier (one rank)
   // The system the backend runs on (disk I/O, the host copy thread; hybridkv/env.h); null:
   // Env::system().
   std::shared_ptr<Env> env = nullptr;
   // kEngine: the engine's memory (optional: without it the copies are only taken with
   // KvCacheManager::take_copies, and slot addresses are nullptr).
   std::shared_ptr<EngineMemory> engine = nullptr;
+  // Tensor-parallel ranks in one process (issue 34): one entry per rank, each rank's pools (its
+  // share of the plan: the plan is per rank) on that CUDA device, its HOST pools in its own
+  // pinned memory and its DISK pools in its own files. Every copy runs on every rank at once,
+  // one set of tables for all (KvCacheManager::ranks, slot_address's rank). Empty: one rank on
+  // `device`. kHost: one rank per entry, the numbers unused (several ranks without a GPU, for
+  // tests). Refused on kNone, kEngine (the engine runs the copy lists on its ranks itself) and
+  // with a shared tier.
+  std::vector<int> devices = {};
 };
 
 // Whether this library was built with the CUDA backend (kCuda otherwise is refused at creation).
 bool cuda_backend_built();
+// CUDA devices this process sees (0 without CUDA, a driver or a device).
+int cuda_device_count();
 
 }  // namespace hybridkv

@@ -108,6 +108,11 @@ Result<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const ManagerConf
         "shared.store: the shared tier reads the pages it publishes into host memory; the "
         "engine backend (BackendKind::kEngine) hands out slot copies only");
   }
+  if (options.devices.size() > 1 && config.shared.store) {
+    return Status::invalid("shared.store: the shared tier publishes one rank's pages; " +
+                           std::to_string(options.devices.size()) +
+                           " ranks (devices) in one manager are not supported with it yet");
+  }
   Result<std::unique_ptr<memory::MemoryBackend>> backend = memory::make_backend(options);
   if (!backend) return backend.status();
   if (Status s = (*backend)->allocate(*plan); !s) return s;
@@ -227,9 +232,11 @@ std::vector<uint64_t> KvCacheManager::scan_non_finite(
   return core_->backend().scan_non_finite(spans, dtypes);
 }
 
+uint32_t KvCacheManager::ranks() const { return core_->backend().ranks(); }
+
 std::byte* KvCacheManager::slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool,
-                                        uint32_t slot) const {
-  std::byte* base = core_->backend().pool_base(tier, pool_group, pool);
+                                        uint32_t slot, uint32_t rank) const {
+  std::byte* base = core_->backend().pool_base(tier, pool_group, pool, rank);
   if (base == nullptr) return nullptr;
   return base + static_cast<uint64_t>(slot) * plan().pool_group(pool_group).pools[pool].slot_bytes;
 }

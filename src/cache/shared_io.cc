@@ -28,7 +28,8 @@ bool SharedLink::has_recurrent_groups() const {
 
 bool SharedLink::readable(PageId page) const {
   const storage::Page& p = core_.storage_.page(page);
-  return p.tier != TierKind::kDisk && core_.backend_->pool_base(p.tier, p.pool_group, 0) != nullptr;
+  return p.tier != TierKind::kDisk &&
+         core_.backend_->pool_base(p.tier, p.pool_group, 0, 0) != nullptr;
 }
 
 std::vector<PoolTransfer> SharedLink::slot_transfers(PageId page, std::byte* host) const {
@@ -36,7 +37,7 @@ std::vector<PoolTransfer> SharedLink::slot_transfers(PageId page, std::byte* hos
   const PoolGroup& pg = core_.plan_.pool_group(p.pool_group);
   std::vector<PoolTransfer> out;
   for (uint32_t k = 0; k < pg.pools.size(); ++k) {
-    std::byte* base = core_.backend_->pool_base(p.tier, p.pool_group, k);
+    std::byte* base = core_.backend_->pool_base(p.tier, p.pool_group, k, 0);
     if (base == nullptr) return {};  // not in memory (a DISK page, or no bytes at all)
     out.push_back({base + p.slot.value * pg.pools[k].slot_bytes, host, pg.pools[k].slot_bytes});
     host += pg.pools[k].slot_bytes;

@@ -337,12 +337,14 @@ std::vector<NonFiniteReport> HybridCacheManager::scan_non_finite(
         if (!b.dtype) continue;
         for (int32_t slot : slots) {
           if (slot == kBadPageIndex) continue;
-          const std::byte* base = manager_->slot_address(TierKind::kGpu, b.pool_group, b.pool,
-                                                         static_cast<uint32_t>(slot));
-          if (base == nullptr) return;  // the none backend has no bytes
-          spans.emplace_back(base + b.offset, b.size);
-          dtypes.push_back(*b.dtype);
-          where.push_back({b.layer, b.role, static_cast<uint32_t>(slot), 0, id});
+          for (uint32_t rank = 0; rank < manager_->ranks(); ++rank) {
+            const std::byte* base = manager_->slot_address(TierKind::kGpu, b.pool_group, b.pool,
+                                                           static_cast<uint32_t>(slot), rank);
+            if (base == nullptr) return;  // the none backend has no bytes
+            spans.emplace_back(base + b.offset, b.size);
+            dtypes.push_back(*b.dtype);
+            where.push_back({b.layer, b.role, static_cast<uint32_t>(slot), 0, id, rank});
+          }
         }
       }
     }
@@ -360,7 +362,7 @@ std::vector<NonFiniteReport> HybridCacheManager::scan_non_finite(
   return out;
 }
 
-void HybridCacheManager::reset_replay(const Step& step, Stream stream) {
+void HybridCacheManager::reset_replay(const Step& step, Stream stream, uint32_t rank) {
   if (!replay_group_ || step.replay_resets.empty()) return;
   const StoragePlan& plan = manager_->plan();
   std::vector<std::span<std::byte>> spans;
@@ -368,9 +370,9 @@ void HybridCacheManager::reset_replay(const Step& step, Stream stream) {
     const PlannedBuffer& b = plan.buffers()[bi];
     if (b.role.rfind("replay_", 0) != 0) continue;
     for (int32_t slot : step.replay_resets) {
-      std::byte* base =
-          manager_->slot_address(TierKind::kGpu, b.pool_group, b.pool, static_cast<uint32_t>(slot));
-      if (base == nullptr) return;  // the none backend has no bytes
+      std::byte* base = manager_->slot_address(TierKind::kGpu, b.pool_group, b.pool,
+                                               static_cast<uint32_t>(slot), rank);
+      if (base == nullptr) return;  // the none backend has no bytes (or no such rank)
       spans.emplace_back(base + b.offset, b.size);
     }
   }

@@ -32,8 +32,13 @@ Result<uint64_t> max_blocks_for(const KvCacheManager& m, const ServingConfig& se
 
 }  // namespace
 
-Result<const HybridCacheManager::StepBuffers*> HybridCacheManager::step_buffers() {
-  if (step_state_) return &step_state_->view;
+Result<const HybridCacheManager::StepBuffers*> HybridCacheManager::step_buffers(uint32_t rank) {
+  if (rank >= manager_->ranks()) {
+    return Status::invalid("step_buffers: rank " + std::to_string(rank) + " but the manager has " +
+                           std::to_string(manager_->ranks()));
+  }
+  if (step_states_.size() <= rank) step_states_.resize(manager_->ranks());
+  if (step_states_[rank]) return &step_states_[rank]->view;
   Result<uint64_t> blocks = max_blocks_for(*manager_, serving_);
   if (!blocks) return blocks.status();
   StepBuffers v;
@@ -45,7 +50,8 @@ Result<const HybridCacheManager::StepBuffers*> HybridCacheManager::step_buffers(
   v.row_stride = uint64_t{v.max_blocks} * v.table_groups.size();
   const uint64_t ints = 2 * uint64_t{v.capacity} + v.capacity * v.row_stride;
   Result<std::unique_ptr<memory::StepArea>> area =
-      cache_detail::CoreAccess::of(*manager_).backend().make_step_area(ints * sizeof(int32_t));
+      cache_detail::CoreAccess::of(*manager_).backend().make_step_area(ints * sizeof(int32_t),
+                                                                       rank);
   if (!area) return area.status();
   auto state = std::make_unique<StepState>();
   state->area = std::move(area).value();
@@ -56,12 +62,12 @@ Result<const HybridCacheManager::StepBuffers*> HybridCacheManager::step_buffers(
   v.on_device = state->area->on_device();
   state->view = std::move(v);
   state->width.assign(uint64_t{state->view.capacity} * state->view.table_groups.size(), 0);
-  step_state_ = std::move(state);
-  return &step_state_->view;
+  step_states_[rank] = std::move(state);
+  return &step_states_[rank]->view;
 }
 
-Status HybridCacheManager::fill_step(const Step& step, Stream stream) {
-  Result<const StepBuffers*> got = step_buffers();
+Status HybridCacheManager::fill_step(const Step& step, Stream stream, uint32_t rank) {
+  Result<const StepBuffers*> got = step_buffers(rank);
   if (!got) return got.status();
   const StepBuffers& v = **got;
   const size_t n = step.entries.size();
@@ -87,7 +93,7 @@ Status HybridCacheManager::fill_step(const Step& step, Stream stream) {
       }
     }
   }
-  StepState& s = *step_state_;
+  StepState& s = *step_states_[rank];
   auto* out = reinterpret_cast<int32_t*>(s.area->staging());
   int32_t* tables = out + 2 * uint64_t{v.capacity};
   for (size_t e = 0; e < v.capacity; ++e) {

@@ -31,7 +31,7 @@ class NoneBackend final : public MemoryBackend {
  public:
   BackendKind kind() const override { return BackendKind::kNone; }
   Status allocate(const StoragePlan&) override { return Status::ok(); }
-  std::byte* pool_base(TierKind, PoolGroupId, uint32_t) const override { return nullptr; }
+  std::byte* pool_base(TierKind, PoolGroupId, uint32_t, uint32_t) const override { return nullptr; }
   CopyEvent submit(std::vector<SlotCopy> batch) override {
     if (batch.empty()) return {};
     return {++ticket_};
@@ -45,11 +45,22 @@ class NoneBackend final : public MemoryBackend {
 }  // namespace
 
 Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& options) {
+  if (options.devices.size() > 1 &&
+      (options.kind == BackendKind::kNone || options.kind == BackendKind::kEngine)) {
+    return Status::invalid(std::string("backend '") + backend_kind_name(options.kind) +
+                           "': " + std::to_string(options.devices.size()) +
+                           " devices given; several ranks are for the host and cuda backends (the "
+                           "engine runs one copy list on all its ranks)");
+  }
+  if (options.devices.size() > 255) {
+    return Status::invalid("devices: " + std::to_string(options.devices.size()) +
+                           " ranks; at most 255");
+  }
   switch (options.kind) {
     case BackendKind::kNone:
       return std::unique_ptr<MemoryBackend>(new NoneBackend());
     case BackendKind::kHost:
-      return make_host_backend(options.env);
+      return make_host_backend(options.env, std::max<size_t>(options.devices.size(), 1));
     case BackendKind::kCuda:
       return make_cuda_backend(options);
     case BackendKind::kEngine:
@@ -73,5 +84,6 @@ namespace hybridkv {
 bool cuda_backend_built() { return true; }
 #else
 bool cuda_backend_built() { return false; }
+int cuda_device_count() { return 0; }
 #endif
 }  // namespace hybridkv

@@ -72,8 +72,12 @@ class MemoryBackend {
   virtual BackendKind kind() const = 0;
   // Allocates every pool of every tier of the plan.
   virtual Status allocate(const StoragePlan& plan) = 0;
-  // Base address of a pool on a tier; nullptr for the none backend.
-  virtual std::byte* pool_base(TierKind tier, PoolGroupId pool_group, uint32_t pool) const = 0;
+  // Tensor-parallel ranks whose pools this backend holds (BackendOptions::devices); every copy
+  // runs on each of them.
+  virtual uint32_t ranks() const { return 1; }
+  // Base address of a pool of a rank on a tier; nullptr for the none backend or past ranks().
+  virtual std::byte* pool_base(TierKind tier, PoolGroupId pool_group, uint32_t pool,
+                               uint32_t rank) const = 0;
   // Queues a batch; returns its event (ticket 0 for an empty batch).
   virtual CopyEvent submit(std::vector<SlotCopy> batch) = 0;
   // Blocks until `event` is complete.
@@ -89,8 +93,8 @@ class MemoryBackend {
   // The first copy that failed (a DISK write or read), or ok.
   virtual Status copy_status() const { return Status::ok(); }
   // `bytes` for a step's index buffers at a fixed address (step_area.h): device memory on the
-  // CUDA backend, host memory elsewhere.
-  virtual Result<std::unique_ptr<StepArea>> make_step_area(size_t bytes);
+  // rank's device with the CUDA backend, host memory elsewhere.
+  virtual Result<std::unique_ptr<StepArea>> make_step_area(size_t bytes, uint32_t rank);
   // `bytes` of host memory a SlotCopy::dst_host may point into: pinned and mapped on the CUDA
   // backend, plain memory elsewhere (64-byte aligned). Thread-safe.
   virtual HostBuffer host_buffer(size_t bytes);
@@ -108,8 +112,8 @@ class MemoryBackend {
   }
 
   // --- the engine's side ---
-  // Makes `stream` wait for `event` (CUDA: without blocking the host); backends without
-  // streams block until it completes.
+  // Makes `stream` wait for `event` on every rank (CUDA: without blocking the host); backends
+  // without streams block until it completes.
   virtual void stream_wait(Stream stream, CopyEvent event) {
     (void)stream;
     wait(event);
@@ -121,7 +125,8 @@ class MemoryBackend {
   // Many at once (CUDA: one kernel through pinned staging, then one synchronization).
   virtual void read_many(std::span<const PoolTransfer> transfers);
   virtual void write_many(std::span<const PoolTransfer> transfers);
-  // Sets every byte of each span to `value`, ordered after what `stream` already runs.
+  // Sets every byte of each span to `value`, ordered after what `stream` already runs (spans of
+  // any rank; `stream` then waits for them all).
   virtual void fill(std::span<const std::span<std::byte>> spans, uint8_t value, Stream stream);
   // The index of the first non-finite element of each span (dtype of each), or UINT64_MAX.
   virtual std::vector<uint64_t> scan_non_finite(std::span<const std::span<const std::byte>> spans,
@@ -129,5 +134,11 @@ class MemoryBackend {
 };
 
 Result<std::unique_ptr<MemoryBackend>> make_backend(const BackendOptions& options);
+
+// A pool's key in a backend's maps: (rank, tier, pool group, pool).
+inline uint64_t pool_key(TierKind tier, PoolGroupId pool_group, uint32_t pool, uint32_t rank = 0) {
+  return (uint64_t{rank} << 56) | (static_cast<uint64_t>(tier) << 48) |
+         (uint64_t{pool_group.value} << 16) | pool;
+}
 
 }  // namespace hybridkv::memory

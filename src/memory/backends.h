@@ -8,7 +8,7 @@
 
 namespace hybridkv::memory {
 
-std::unique_ptr<MemoryBackend> make_host_backend(std::shared_ptr<Env> env);
+std::unique_ptr<MemoryBackend> make_host_backend(std::shared_ptr<Env> env, size_t ranks = 1);
 std::unique_ptr<MemoryBackend> make_engine_backend(std::shared_ptr<EngineMemory> engine);
 // An error naming why when the library was built without CUDA.
 Result<std::unique_ptr<MemoryBackend>> make_cuda_backend(const BackendOptions& options);

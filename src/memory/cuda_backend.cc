@@ -12,100 +12,127 @@
 namespace hybridkv::memory {
 namespace cuda_detail {
 
-CudaBackend::~CudaBackend() {
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  for (auto& [ticket, e] : in_flight_) cudaEventDestroy(e);
-  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
-  for (PieceRing& r : rings_) {
+DeviceRank::~DeviceRank() {
+  (void)cudaSetDevice(device);
+  if (stream != nullptr) cudaStreamSynchronize(stream);
+  for (cudaEvent_t e : spare_events) cudaEventDestroy(e);
+  for (PieceRing& r : rings) {
     if (r.host) cudaFreeHost(r.host);
     if (r.device) cudaFree(r.device);
     if (r.done) cudaEventDestroy(r.done);
   }
-  if (bounce_) cudaFreeHost(bounce_);
-  if (staging_) cudaFreeHost(staging_);
-  pools_.clear();
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (bounce) cudaFreeHost(bounce);
+  pools.clear();
+  if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
-Status CudaBackend::check_device(const StoragePlan& plan) {
+CudaBackend::CudaBackend(std::vector<int> devices, std::shared_ptr<Env> env)
+    : env_(std::move(env)) {
+  for (int d : devices) {
+    ranks_.push_back(std::make_unique<DeviceRank>());
+    ranks_.back()->device = d;
+    ranks_.back()->index = static_cast<uint32_t>(ranks_.size() - 1);
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  int previous = 0;
+  const bool known = cudaGetDevice(&previous) == cudaSuccess;
+  for (const auto& rank : ranks_) {
+    (void)cudaSetDevice(rank->device);
+    if (rank->stream != nullptr) cudaStreamSynchronize(rank->stream);
+  }
+  for (InFlight& f : in_flight_) {
+    for (cudaEvent_t e : f.events) cudaEventDestroy(e);
+  }
+  if (staging_) cudaFreeHost(staging_);
+  ranks_.clear();
+  if (known) (void)cudaSetDevice(previous);
+}
+
+Status CudaBackend::check_devices(const StoragePlan& plan) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
     return Status::invalid(std::string("cuda backend: no CUDA device (") +
                            (e == cudaSuccess ? "none found" : cudaGetErrorString(e)) + ")");
   }
-  if (device_ < 0 || device_ >= count) {
-    return Status::invalid("cuda backend: device " + std::to_string(device_) + " does not exist (" +
-                           std::to_string(count) + " found)");
-  }
-  if (Status s = cuda_status(cudaSetDevice(device_), "cudaSetDevice"); !s) return s;
-  int host_pointer = 0;
-  cudaDeviceGetAttribute(&host_pointer, cudaDevAttrCanUseHostPointerForRegisteredMem, device_);
-  if (!host_pointer) {
-    return Status::invalid("cuda backend: device " + std::to_string(device_) +
-                           " cannot address registered host memory at its host address");
-  }
-  size_t free_bytes = 0, total_bytes = 0;
-  if (Status s = cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"); !s)
-    return s;
   const int gpu = tier_position(plan, TierKind::kGpu);
   const uint64_t quota = gpu < 0 ? 0 : plan.tiers()[gpu].quota;
-  if (quota > free_bytes) {
-    return Status(StatusCode::kOutOfPages, "cuda backend: the GPU quota " + format_bytes(quota) +
-                                               " exceeds the device's free memory " +
-                                               format_bytes(free_bytes));
+  std::map<int, uint64_t> wanted;  // GPU bytes per device (two ranks may share one)
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    const int device = ranks_[r]->device;
+    const std::string rank = ranks_.size() > 1 ? " (devices[" + std::to_string(r) + "])" : "";
+    if (device < 0 || device >= count) {
+      return Status::invalid("cuda backend: device " + std::to_string(device) + rank +
+                             " does not exist (" + std::to_string(count) + " found)");
+    }
+    int host_pointer = 0;
+    cudaDeviceGetAttribute(&host_pointer, cudaDevAttrCanUseHostPointerForRegisteredMem, device);
+    if (!host_pointer) {
+      return Status::invalid("cuda backend: device " + std::to_string(device) + rank +
+                             " cannot address registered host memory at its host address");
+    }
+    wanted[device] += quota;
+  }
+  for (const auto& [device, bytes] : wanted) {
+    DeviceScope on(device);
+    size_t free_bytes = 0, total_bytes = 0;
+    if (Status s = cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"); !s)
+      return s;
+    if (bytes > free_bytes) {
+      return Status(StatusCode::kOutOfPages, "cuda backend: the GPU quota " + format_bytes(bytes) +
+                                                 " on device " + std::to_string(device) +
+                                                 " exceeds its free memory " +
+                                                 format_bytes(free_bytes));
+    }
   }
   return Status::ok();
 }
 
-Status CudaBackend::allocate_tier(const StoragePlan& plan, const TierPlan& tier) {
+Status CudaBackend::allocate_tier(const StoragePlan& plan, const TierPlan& tier, DeviceRank& rank) {
   const uint64_t chunk = tier_grain(TierKind::kGpu, tier.quota);
-  // Wave marks of the memory tiers (DISK copies run on their own, in order).
-  auto& marks = marks_[static_cast<size_t>(tier.kind)];
-  marks.resize(plan.pool_groups().size());
   for (const PoolGroup& pg : plan.pool_groups()) {
     pools_per_group_[pg.id.value] = static_cast<uint32_t>(pg.pools.size());
     for (uint32_t p = 0; p < pg.pools.size(); ++p) {
       const uint64_t slot_bytes = pg.pools[p].slot_bytes;
       Result<std::unique_ptr<Reservation>> r = Reservation::make(
-          tier.kind, device_, tier.reserved_slots[pg.id.value] * slot_bytes, chunk);
+          tier.kind, rank.device, tier.reserved_slots[pg.id.value] * slot_bytes, chunk);
       if (!r) return r.status();
       if (Status s = (*r)->commit(tier.slots[pg.id.value] * slot_bytes); !s) {
         return Status(s.code(), s.message() + " (pool group " + std::to_string(pg.id.value) +
                                     " of the " + tier_kind_name(tier.kind) +
                                     " tier; lower its quota)");
       }
-      pools_[key(tier.kind, pg.id, p)] = {std::move(r).value(), slot_bytes};
+      const std::byte* base = (*r)->base();
+      ranges_[base] = {base + (*r)->reserved(), rank.index};
+      rank.pools[pool_key(tier.kind, pg.id, p)] = {std::move(r).value(), slot_bytes};
     }
   }
   return Status::ok();
 }
 
-Status CudaBackend::allocate(const StoragePlan& plan) {
-  if (Status s = check_device(plan); !s) return s;
+Status CudaBackend::allocate_rank(const StoragePlan& plan, DeviceRank& rank) {
+  DeviceScope on(rank.device);
   for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
     const TierPlan& tier = plan.tiers()[t];
     if (tier.kind != TierKind::kDisk) {
-      if (Status s = allocate_tier(plan, tier); !s) return s;
+      if (Status s = allocate_tier(plan, tier, rank); !s) return s;
       continue;
     }
     Result<std::unique_ptr<DiskStore>> disk = DiskStore::open(disk_directory(plan), plan, t, env_);
     if (!disk) return disk.status();
-    disk_ = std::move(disk).value();
-    bounce_bytes_ = 64ull << 20;  // GPU <-> DISK staging, reused once its batch is on disk
-    for (const PoolGroup& pg : plan.pool_groups())
-      for (const Pool& pool : pg.pools) bounce_bytes_ = std::max(bounce_bytes_, pool.slot_bytes);
-    if (Status s = cuda_status(cudaHostAlloc(&bounce_, bounce_bytes_, cudaHostAllocPortable),
+    rank.disk = std::move(disk).value();
+    if (Status s = cuda_status(cudaHostAlloc(&rank.bounce, bounce_bytes_, cudaHostAllocPortable),
                                "pinned staging for the DISK tier");
         !s)
       return s;
   }
-  conversions_ = conversion_table(plan);
-  if (Status s = cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+  if (Status s = cuda_status(cudaStreamCreateWithFlags(&rank.stream, cudaStreamNonBlocking),
                              "creating the copy stream");
       !s)
     return s;
-  for (PieceRing& r : rings_) {
+  for (PieceRing& r : rank.rings) {
     if (Status s = cuda_status(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming),
                                "creating an event");
         !s)
@@ -114,8 +141,24 @@ Status CudaBackend::allocate(const StoragePlan& plan) {
   return Status::ok();
 }
 
-void CudaBackend::split(const std::byte* src, std::byte* dst, uint64_t bytes, cuda::PieceKind kind,
-                        uint64_t piece) {
+Status CudaBackend::allocate(const StoragePlan& plan) {
+  if (Status s = check_devices(plan); !s) return s;
+  bounce_bytes_ = 64ull << 20;  // GPU <-> DISK staging, reused once its batch is on disk
+  for (const PoolGroup& pg : plan.pool_groups())
+    for (const Pool& pool : pg.pools) bounce_bytes_ = std::max(bounce_bytes_, pool.slot_bytes);
+  for (auto& rank : ranks_) {
+    if (Status s = allocate_rank(plan, *rank); !s) return s;
+  }
+  // Wave marks of the memory tiers (DISK copies run on their own, in order).
+  for (const TierPlan& tier : plan.tiers()) {
+    marks_[static_cast<size_t>(tier.kind)].resize(plan.pool_groups().size());
+  }
+  conversions_ = conversion_table(plan);
+  return Status::ok();
+}
+
+void CudaBackend::split(std::vector<CopyPiece>& out, const std::byte* src, std::byte* dst,
+                        uint64_t bytes, cuda::PieceKind kind, uint64_t piece) {
   // Destination bytes per source byte: scale_num / scale_den (fp8 pieces are whole blocks).
   uint64_t scale_num = 1, scale_den = 1;
   switch (kind) {
@@ -137,7 +180,7 @@ void CudaBackend::split(const std::byte* src, std::byte* dst, uint64_t bytes, cu
   }
   for (uint64_t at = 0; at < bytes; at += piece) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(piece, bytes - at));
-    pieces_.push_back({src + at, dst + at * scale_num / scale_den, n, kind});
+    out.push_back({src + at, dst + at * scale_num / scale_den, n, kind});
   }
 }
 
@@ -161,13 +204,15 @@ cuda::PieceKind piece_kind(Conversion conversion) {
 
 }  // namespace
 
-void CudaBackend::add_pieces(const SlotCopy& c) {
+void CudaBackend::add_pieces(const SlotCopy& c, DeviceRank& rank) {
   if (c.cancelled) return;
-  if (c.dst_host != nullptr) {  // the slot's pools, one after the other, into mapped memory
+  std::vector<CopyPiece>& out = rank.pieces;
+  if (c.dst_host != nullptr) {    // the slot's pools, one after the other, into mapped memory
+    if (rank.index != 0) return;  // one rank only: the shared tier is refused with several
     std::byte* at = c.dst_host;
     for (uint32_t p = 0; p < pools_per_group_.at(c.pool_group.value); ++p) {
-      const uint64_t n = pools_.at(key(c.src_tier, c.pool_group, p)).slot_bytes;
-      split(slot_at(c.src_tier, c.pool_group, p, c.src_slot), at, n, cuda::kPieceCopy,
+      const uint64_t n = rank.slot_bytes(c.src_tier, c.pool_group, p);
+      split(out, rank.slot_at(c.src_tier, c.pool_group, p, c.src_slot), at, n, cuda::kPieceCopy,
             cuda::kPieceBytes);
       at += n;
     }
@@ -180,108 +225,126 @@ void CudaBackend::add_pieces(const SlotCopy& c) {
                                ? cuda::kDevicePieceBytes
                                : cuda::kPieceBytes;
     for (uint32_t p = 0; p < pools; ++p) {
-      split(slot_at(c.src_tier, c.pool_group, p, c.src_slot),
-            slot_at(c.dst_tier, c.pool_group, p, c.dst_slot),
-            pools_.at(key(c.src_tier, c.pool_group, p)).slot_bytes, cuda::kPieceCopy, piece);
+      split(out, rank.slot_at(c.src_tier, c.pool_group, p, c.src_slot),
+            rank.slot_at(c.dst_tier, c.pool_group, p, c.dst_slot),
+            rank.slot_bytes(c.src_tier, c.pool_group, p), cuda::kPieceCopy, piece);
     }
     return;
   }
   for (const ConvertSegment& seg :
        conversions_.at(conversion_key(c.pool_group, *c.dst_pool_group))) {
-    const cuda::PieceKind kind = piece_kind(seg.conversion);
-    split(slot_at(c.src_tier, c.pool_group, seg.src_pool, c.src_slot) + seg.src_offset,
-          slot_at(c.dst_tier, *c.dst_pool_group, seg.dst_pool, c.dst_slot) + seg.dst_offset,
-          seg.src_bytes, kind, cuda::kPieceBytes);
+    split(out, rank.slot_at(c.src_tier, c.pool_group, seg.src_pool, c.src_slot) + seg.src_offset,
+          rank.slot_at(c.dst_tier, *c.dst_pool_group, seg.dst_pool, c.dst_slot) + seg.dst_offset,
+          seg.src_bytes, piece_kind(seg.conversion), cuda::kPieceBytes);
   }
+}
+
+void CudaBackend::launch_wave() {
+  for (auto& rank : ranks_) {
+    DeviceScope on(rank->device);
+    rank->launch_pieces(rank->stream, [&](const CopyPiece* p, uint32_t n) {
+      return cuda::launch_copy_pieces(p, n, rank->stream);
+    });
+  }
+  ++wave_;  // every mark of the last wave is stale now
 }
 
 CopyEvent CudaBackend::submit(std::vector<SlotCopy> batch) {
   if (batch.empty()) return {};
   std::lock_guard<std::mutex> lock(mu_);
-  HKV_CUDA_OK(cudaSetDevice(device_));
+  std::vector<CopyPiece>& built = ranks_.front()->pieces;
   for_each_run(
       batch,
       [&](size_t first, size_t last) {
-        // One kernel runs its copies at once; a copy that touches a slot an earlier copy of
-        // the batch writes (or writes one it reads) waits for the next launch, so the batch
-        // keeps submission order.
-        auto launch = [&] {
-          launch_pieces(stream_, [&](const CopyPiece* p, uint32_t n) {
-            return cuda::launch_copy_pieces(p, n, stream_);
-          });
-          ++wave_;  // every mark of the last wave is stale now
-        };
+        // One kernel per rank runs its copies at once; a copy that touches a slot an earlier
+        // copy of the batch writes (or writes one it reads) waits for the next launch, so the
+        // batch keeps submission order.
         ++wave_;
         for (size_t i = first; i < last; ++i) {
           const SlotCopy& c = batch[i];
           ensure_mark(c.src_tier, c.pool_group, c.src_slot);
-          if (c.dst_host != nullptr) {  // writes no slot: waits only for one that wrote its source
-            if (mark(c.src_tier, c.pool_group, c.src_slot).written == wave_) launch();
-            mark(c.src_tier, c.pool_group, c.src_slot).read = wave_;
-            add_pieces(c);
-            if (pieces_.size() >= kLaunchPieces) launch();
-            continue;
-          }
-          ensure_mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
+          const bool to_slot = c.dst_host == nullptr;
+          if (to_slot) ensure_mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
           SlotMark& src = mark(c.src_tier, c.pool_group, c.src_slot);
-          SlotMark& dst = mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
-          if (src.written == wave_ || dst.written == wave_ || dst.read == wave_) launch();
-          src.read = wave_;
-          dst.written = wave_;
-          add_pieces(c);
-          // A long batch starts on the device while the rest of its pieces are built.
-          if (pieces_.size() >= kLaunchPieces) launch();
+          bool conflict = src.written == wave_;
+          if (to_slot) {  // a copy into host memory writes no slot
+            const SlotMark& dst =
+                mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot);
+            conflict = conflict || dst.written == wave_ || dst.read == wave_;
+          }
+          if (conflict) launch_wave();
+          mark(c.src_tier, c.pool_group, c.src_slot).read = wave_;
+          if (to_slot)
+            mark(c.dst_tier, c.dst_pool_group.value_or(c.pool_group), c.dst_slot).written = wave_;
+          for (auto& rank : ranks_) add_pieces(c, *rank);
+          // A long batch starts on the devices while the rest of its pieces are built.
+          if (built.size() >= kLaunchPieces) launch_wave();
         }
-        launch();
+        launch_wave();
       },
       [&](size_t first, size_t last) {
-        run_disk(std::span<const SlotCopy>(batch).subspan(first, last - first));
+        for (auto& rank : ranks_)
+          run_disk(std::span<const SlotCopy>(batch).subspan(first, last - first), *rank);
       });
   return record_locked();
 }
 
 CopyEvent CudaBackend::record_locked() {
   retire_locked();
-  cudaEvent_t e = nullptr;
-  if (spare_events_.empty()) {
-    HKV_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  } else {
-    e = spare_events_.back();
-    spare_events_.pop_back();
+  InFlight f{++submitted_, {}};
+  for (auto& rank : ranks_) {
+    DeviceScope on(rank->device);
+    cudaEvent_t e = nullptr;
+    if (rank->spare_events.empty()) {
+      HKV_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    } else {
+      e = rank->spare_events.back();
+      rank->spare_events.pop_back();
+    }
+    HKV_CUDA_OK(cudaEventRecord(e, rank->stream));
+    f.events.push_back(e);
   }
-  HKV_CUDA_OK(cudaEventRecord(e, stream_));
-  in_flight_.emplace_back(++submitted_, e);
+  in_flight_.push_back(std::move(f));
   return {submitted_};
 }
 
 void CudaBackend::retire_locked() {
-  while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().second) == cudaSuccess) {
-    completed_ = in_flight_.front().first;
-    spare_events_.push_back(in_flight_.front().second);
+  while (!in_flight_.empty()) {
+    const InFlight& f = in_flight_.front();
+    for (cudaEvent_t e : f.events) {
+      if (cudaEventQuery(e) != cudaSuccess) return;
+    }
+    completed_ = f.ticket;
+    for (size_t r = 0; r < f.events.size(); ++r) ranks_[r]->spare_events.push_back(f.events[r]);
     in_flight_.pop_front();
   }
 }
 
-cudaEvent_t CudaBackend::event_of_locked(CopyEvent event) const {
-  // Events complete in ticket order: the first at or after the ticket covers it.
-  for (const auto& [ticket, e] : in_flight_) {
-    if (ticket >= event.ticket) return e;
+const CudaBackend::InFlight* CudaBackend::in_flight_of_locked(CopyEvent event) const {
+  // Batches complete in ticket order: the first at or after the ticket covers it.
+  for (const InFlight& f : in_flight_) {
+    if (f.ticket >= event.ticket) return &f;
   }
-  return in_flight_.empty() ? nullptr : in_flight_.back().second;
+  return in_flight_.empty() ? nullptr : &in_flight_.back();
 }
 
 void CudaBackend::wait(CopyEvent event) {
   std::lock_guard<std::mutex> lock(mu_);
   if (event.ticket <= completed_) return;
-  if (cudaEvent_t e = event_of_locked(event)) HKV_CUDA_OK(cudaEventSynchronize(e));
+  if (const InFlight* f = in_flight_of_locked(event)) {
+    for (cudaEvent_t e : f->events) HKV_CUDA_OK(cudaEventSynchronize(e));
+  }
   retire_locked();
 }
 
 void CudaBackend::stream_wait(Stream stream, CopyEvent event) {
   std::lock_guard<std::mutex> lock(mu_);
   if (event.ticket <= completed_) return;
-  if (cudaEvent_t e = event_of_locked(event)) {
-    HKV_CUDA_OK(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream.handle), e, 0));
+  // Every rank's copies: a stream may wait on another device's event.
+  if (const InFlight* f = in_flight_of_locked(event)) {
+    for (cudaEvent_t e : f->events) {
+      HKV_CUDA_OK(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream.handle), e, 0));
+    }
   }
 }
 
@@ -289,15 +352,18 @@ Status CudaBackend::grow(TierKind tier, PoolGroupId pg, uint64_t slots) {
   if (tier == TierKind::kDisk) return Status::ok();  // files are sized for the reservation
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t pools = pools_per_group_.at(pg.value);
-  for (uint32_t p = 0; p < pools; ++p) {
-    PoolMemory& m = pools_.at(key(tier, pg, p));
-    const uint64_t before = m.memory->committed();
-    if (Status s = m.memory->commit(slots * m.slot_bytes); !s) {
-      for (uint32_t q = 0; q <= p; ++q) {
-        PoolMemory& undo = pools_.at(key(tier, pg, q));
-        undo.memory->decommit(q == p ? before : std::min(before, undo.memory->committed()));
+  // Every rank's pools, or none: on failure what this call committed is given back.
+  std::vector<std::pair<PoolMemory*, uint64_t>> done;  // (pool, committed before)
+  for (auto& rank : ranks_) {
+    DeviceScope on(rank->device);
+    for (uint32_t p = 0; p < pools; ++p) {
+      PoolMemory& m = rank->pools.at(pool_key(tier, pg, p));
+      const uint64_t before = m.memory->committed();
+      if (Status s = m.memory->commit(slots * m.slot_bytes); !s) {
+        for (auto& [undo, was] : done) undo->memory->decommit(was);
+        return s;
       }
-      return s;
+      done.emplace_back(&m, before);
     }
   }
   return Status::ok();
@@ -307,18 +373,47 @@ void CudaBackend::shrink(TierKind tier, PoolGroupId pg, uint64_t slots, CopyEven
   if (tier == TierKind::kDisk) return;
   wait(after);  // the copies out of the retired slots have run
   std::lock_guard<std::mutex> lock(mu_);
-  HKV_CUDA_OK(cudaStreamSynchronize(stream_));
   const uint32_t pools = pools_per_group_.at(pg.value);
-  for (uint32_t p = 0; p < pools; ++p) {
-    PoolMemory& m = pools_.at(key(tier, pg, p));
-    m.memory->decommit(slots * m.slot_bytes);
+  for (auto& rank : ranks_) {
+    DeviceScope on(rank->device);
+    HKV_CUDA_OK(cudaStreamSynchronize(rank->stream));
+    for (uint32_t p = 0; p < pools; ++p) {
+      PoolMemory& m = rank->pools.at(pool_key(tier, pg, p));
+      m.memory->decommit(slots * m.slot_bytes);
+    }
   }
+}
+
+Status CudaBackend::copy_status() const {
+  for (const auto& rank : ranks_) {
+    if (rank->disk) {
+      if (Status s = rank->disk->status(); !s) return s;
+    }
+  }
+  return Status::ok();
+}
+
+uint32_t CudaBackend::owner(const std::byte* at) const {
+  auto it = ranges_.upper_bound(at);
+  if (it == ranges_.begin()) return ranks();
+  --it;
+  return at < it->second.first ? it->second.second : ranks();
 }
 
 }  // namespace cuda_detail
 
 Result<std::unique_ptr<MemoryBackend>> make_cuda_backend(const BackendOptions& options) {
-  return std::unique_ptr<MemoryBackend>(new cuda_detail::CudaBackend(options.device, options.env));
+  std::vector<int> devices = options.devices;
+  if (devices.empty()) devices.push_back(options.device);
+  return std::unique_ptr<MemoryBackend>(
+      new cuda_detail::CudaBackend(std::move(devices), options.env));
 }
 
 }  // namespace hybridkv::memory
+
+namespace hybridkv {
+int cuda_device_count() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+}  // namespace hybridkv

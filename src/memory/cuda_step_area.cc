@@ -28,8 +28,7 @@ class CudaStepArea final : public StepArea {
     a->device_id_ = device;
     const std::string what =
         "step buffers of " + std::to_string(bytes) + " bytes on device " + std::to_string(device);
-    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
-      return cuda::cuda_status(e, what + " (cudaSetDevice)");
+    cuda_detail::DeviceScope on(device);
     void* dev = nullptr;
     if (cudaError_t e = cudaMalloc(&dev, bytes); e != cudaSuccess)
       return cuda::cuda_status(e, what + " (cudaMalloc)");
@@ -55,7 +54,7 @@ class CudaStepArea final : public StepArea {
   }
   Status upload(size_t bytes, Stream stream) override {
     const auto s = reinterpret_cast<cudaStream_t>(stream.handle);
-    HKV_CUDA_OK(cudaSetDevice(device_id_));
+    cuda_detail::DeviceScope on(device_id_);
     if (cudaError_t e = cudaMemcpyAsync(device_, staging_, bytes, cudaMemcpyHostToDevice, s);
         e != cudaSuccess)
       return cuda::cuda_status(e, "step buffers: cudaMemcpyAsync");
@@ -77,8 +76,12 @@ class CudaStepArea final : public StepArea {
 }  // namespace
 
 namespace cuda_detail {
-Result<std::unique_ptr<StepArea>> CudaBackend::make_step_area(size_t bytes) {
-  return CudaStepArea::make(device_, bytes);
+Result<std::unique_ptr<StepArea>> CudaBackend::make_step_area(size_t bytes, uint32_t rank) {
+  if (rank >= ranks()) {
+    return Status::invalid("step buffers: rank " + std::to_string(rank) + " of " +
+                           std::to_string(ranks()));
+  }
+  return CudaStepArea::make(ranks_[rank]->device, bytes);
 }
 }  // namespace cuda_detail
 

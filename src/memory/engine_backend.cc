@@ -62,8 +62,8 @@ class EngineBackend final : public MemoryBackend, public EngineCopyQueue {
     return engine_ ? engine_->attach(plan, *this) : Status::ok();
   }
 
-  std::byte* pool_base(TierKind tier, PoolGroupId pg, uint32_t pool) const override {
-    return engine_ ? engine_->pool_base(tier, pg, pool) : nullptr;
+  std::byte* pool_base(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t rank) const override {
+    return engine_ && rank == 0 ? engine_->pool_base(tier, pg, pool) : nullptr;
   }
 
   CopyEvent submit(std::vector<SlotCopy> batch) override {

@@ -18,11 +18,13 @@ namespace hybridkv::memory {
 namespace {
 
 // Every tier in host memory; copies run on a worker thread in submission order, so that a
-// missing wait shows up as a wrong byte in CPU tests.
+// missing wait shows up as a wrong byte in CPU tests. Several ranks: each its own pools and DISK
+// files, every copy applied to each.
 class HostBackend final : public MemoryBackend {
  public:
   BackendKind kind() const override { return BackendKind::kHost; }
-  explicit HostBackend(std::shared_ptr<Env> env) : env_(env ? std::move(env) : Env::system()) {
+  HostBackend(std::shared_ptr<Env> env, size_t ranks)
+      : ranks_(static_cast<uint32_t>(ranks)), env_(env ? std::move(env) : Env::system()) {
     worker_ = std::thread([this] { run(); });
   }
   ~HostBackend() override {
@@ -34,14 +36,24 @@ class HostBackend final : public MemoryBackend {
     worker_.join();
   }
 
+  uint32_t ranks() const override { return ranks_; }
+
   Status allocate(const StoragePlan& plan) override {
+    for (uint32_t rank = 0; rank < ranks_; ++rank) {
+      if (Status s = allocate_rank(plan, rank); !s) return s;
+    }
+    conversions_ = conversion_table(plan);
+    return Status::ok();
+  }
+
+  Status allocate_rank(const StoragePlan& plan, uint32_t rank) {
     for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
       const TierPlan& tier = plan.tiers()[t];
       if (tier.kind == TierKind::kDisk) {
         Result<std::unique_ptr<DiskStore>> disk =
             DiskStore::open(disk_directory(plan), plan, t, env_);
         if (!disk) return disk.status();
-        disk_ = std::move(disk).value();
+        disks_.push_back(std::move(disk).value());
         continue;
       }
       for (const PoolGroup& pg : plan.pool_groups()) {
@@ -64,17 +76,16 @@ class HostBackend final : public MemoryBackend {
                               "BackendKind::kNone, "
                               "--backend none)");
           }
-          regions_[key(tier.kind, pg.id, p)] = std::move(region);
+          regions_[pool_key(tier.kind, pg.id, p, rank)] = std::move(region);
           pools_per_group_[pg.id.value] = static_cast<uint32_t>(pg.pools.size());
         }
       }
     }
-    conversions_ = conversion_table(plan);
     return Status::ok();
   }
 
-  std::byte* pool_base(TierKind tier, PoolGroupId pg, uint32_t pool) const override {
-    auto it = regions_.find(key(tier, pg, pool));
+  std::byte* pool_base(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t rank) const override {
+    auto it = regions_.find(pool_key(tier, pg, pool, rank));
     return it == regions_.end() ? nullptr : it->second.bytes.get();
   }
 
@@ -98,7 +109,12 @@ class HostBackend final : public MemoryBackend {
     return cancel_queued(queue_, event, index);  // batches still queued have not started
   }
 
-  Status copy_status() const override { return disk_ ? disk_->status() : Status::ok(); }
+  Status copy_status() const override {
+    for (const auto& disk : disks_) {
+      if (Status s = disk->status(); !s) return s;
+    }
+    return Status::ok();
+  }
 
  private:
   struct FreeBytes {
@@ -109,10 +125,6 @@ class HostBackend final : public MemoryBackend {
     uint64_t slot_bytes = 0;
   };
   using Batch = QueuedBatch;
-
-  static uint64_t key(TierKind tier, PoolGroupId pg, uint32_t pool) {
-    return (static_cast<uint64_t>(tier) << 48) | (static_cast<uint64_t>(pg.value) << 16) | pool;
-  }
 
   void run() {
     for (;;) {
@@ -134,7 +146,7 @@ class HostBackend final : public MemoryBackend {
       batch = std::move(queue_.front());
       queue_.pop_front();
     }
-    execute(batch.copies);
+    for (uint32_t rank = 0; rank < ranks_; ++rank) execute(batch.copies, rank);
     {
       std::lock_guard<std::mutex> lock(mu_);
       completed_ = batch.ticket;
@@ -142,11 +154,11 @@ class HostBackend final : public MemoryBackend {
     done_cv_.notify_all();
   }
 
-  void execute(std::span<const SlotCopy> copies) {
+  void execute(std::span<const SlotCopy> copies, uint32_t rank) {
     for_each_run(
         copies,
         [&](size_t first, size_t last) {
-          for (size_t i = first; i < last; ++i) run_memory(copies[i]);
+          for (size_t i = first; i < last; ++i) run_memory(copies[i], rank);
         },
         [&](size_t first, size_t last) {
           std::vector<DiskOp> ops;
@@ -162,48 +174,53 @@ class HostBackend final : public MemoryBackend {
                 c, pools_per_group_.at(c.pool_group.value),
                 [&](uint32_t p) {
                   return slot_bytes_at(to_disk ? c.src_tier : c.dst_tier, c.pool_group, p,
-                                       to_disk ? c.src_slot : c.dst_slot);
+                                       to_disk ? c.src_slot : c.dst_slot, rank);
                 },
                 ops);
           }
-          disk_->run(ops);
+          disks_.at(rank)->run(ops);
         });
   }
 
-  std::byte* slot_bytes_at(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot) const {
-    const Region& r = regions_.at(key(tier, pg, pool));
-    return r.bytes.get() + slot * r.slot_bytes;
+  std::byte* slot_bytes_at(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot,
+                           uint32_t rank) const {
+    return region(tier, pg, pool, rank).bytes.get() +
+           slot * region(tier, pg, pool, rank).slot_bytes;
+  }
+  const Region& region(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t rank) const {
+    return regions_.at(pool_key(tier, pg, pool, rank));
   }
 
-  void run_memory(const SlotCopy& c) {
+  void run_memory(const SlotCopy& c, uint32_t rank) {
     if (c.cancelled) return;
     if (c.dst_pool_group) {
-      run_converted(c);
+      run_converted(c, rank);
       return;
     }
     const uint32_t pools = pools_per_group_.at(c.pool_group.value);
     if (c.dst_host != nullptr) {  // the slot's pools, one after the other, into host memory
+      if (rank != 0) return;      // one rank only: the shared tier is refused with several
       std::byte* at = c.dst_host;
       for (uint32_t p = 0; p < pools; ++p) {
-        const uint64_t n = regions_.at(key(c.src_tier, c.pool_group, p)).slot_bytes;
-        std::memcpy(at, slot_bytes_at(c.src_tier, c.pool_group, p, c.src_slot), n);
+        const uint64_t n = region(c.src_tier, c.pool_group, p, rank).slot_bytes;
+        std::memcpy(at, slot_bytes_at(c.src_tier, c.pool_group, p, c.src_slot, rank), n);
         at += n;
       }
       return;
     }
     for (uint32_t p = 0; p < pools; ++p) {
-      std::memcpy(slot_bytes_at(c.dst_tier, c.pool_group, p, c.dst_slot),
-                  slot_bytes_at(c.src_tier, c.pool_group, p, c.src_slot),
-                  regions_.at(key(c.src_tier, c.pool_group, p)).slot_bytes);
+      std::memcpy(slot_bytes_at(c.dst_tier, c.pool_group, p, c.dst_slot, rank),
+                  slot_bytes_at(c.src_tier, c.pool_group, p, c.src_slot, rank),
+                  region(c.src_tier, c.pool_group, p, rank).slot_bytes);
     }
   }
 
   // A live state <-> reduced-precision snapshot copy, buffer by buffer.
-  void run_converted(const SlotCopy& c) {
+  void run_converted(const SlotCopy& c, uint32_t rank) {
     for (const memory::ConvertSegment& seg :
          conversions_.at(conversion_key(c.pool_group, *c.dst_pool_group))) {
-      const Region& src = regions_.at(key(c.src_tier, c.pool_group, seg.src_pool));
-      const Region& dst = regions_.at(key(c.dst_tier, *c.dst_pool_group, seg.dst_pool));
+      const Region& src = region(c.src_tier, c.pool_group, seg.src_pool, rank);
+      const Region& dst = region(c.dst_tier, *c.dst_pool_group, seg.dst_pool, rank);
       memory::convert(seg, dst.bytes.get() + c.dst_slot * dst.slot_bytes,
                       src.bytes.get() + c.src_slot * src.slot_bytes);
     }
@@ -212,7 +229,8 @@ class HostBackend final : public MemoryBackend {
   // Regions are written once in allocate(), before any copy; the worker only reads the map.
   std::unordered_map<uint64_t, Region> regions_;
   std::unordered_map<uint32_t, uint32_t> pools_per_group_;
-  std::unique_ptr<DiskStore> disk_;  // the DISK tier, when the plan has one
+  uint32_t ranks_ = 1;
+  std::vector<std::unique_ptr<DiskStore>> disks_;  // the DISK tier per rank, when the plan has one
   // Segments of converted copies by (source pool group, destination pool group).
   ConversionTable conversions_;
 
@@ -229,8 +247,8 @@ class HostBackend final : public MemoryBackend {
 
 }  // namespace
 
-std::unique_ptr<MemoryBackend> make_host_backend(std::shared_ptr<Env> env) {
-  return std::make_unique<HostBackend>(std::move(env));
+std::unique_ptr<MemoryBackend> make_host_backend(std::shared_ptr<Env> env, size_t ranks) {
+  return std::make_unique<HostBackend>(std::move(env), ranks);
 }
 
 std::string disk_directory(const StoragePlan& plan) {

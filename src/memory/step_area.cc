@@ -25,7 +25,7 @@ std::unique_ptr<StepArea> make_host_step_area(size_t bytes) {
   return std::make_unique<HostStepArea>(bytes);
 }
 
-Result<std::unique_ptr<StepArea>> MemoryBackend::make_step_area(size_t bytes) {
+Result<std::unique_ptr<StepArea>> MemoryBackend::make_step_area(size_t bytes, uint32_t) {
   return make_host_step_area(bytes);
 }
 

@@ -28,20 +28,29 @@ FakeEngine::FakeEngine(KvCacheManager& manager)
     : manager_(manager), device_memory_(manager.backend_kind() == BackendKind::kCuda) {
   const StoragePlan& plan = manager.plan();
   buffers_.resize(plan.cache_groups().size());
+  const uint32_t ranks = manager.ranks();
   for (const CacheGroup& g : plan.cache_groups()) {
-    for (uint32_t b : g.buffers) {
-      const PlannedBuffer& pb = plan.buffers()[b];
-      // A state kept as a reduced-precision snapshot must survive the round trip bit for bit.
-      WordShape shape;
-      if (pb.snapshot_size != 0 && pb.snapshot_size != pb.size) {
-        shape = pb.snapshot_dtype == DType::kFP8E4M3
-                    ? WordShape{0x83f0000083f00000ull, 0x3c0000003c000000ull}  // 2^-7 <= |x| < 2
-                    : WordShape{0xbfff0000bfff0000ull, 0};
-      }
-      buffers_[g.id.value].push_back({pb.layer, fnv(pb.role), pb.pool_group, pb.pool, pb.offset,
-                                      pb.size, "layer " + std::to_string(pb.layer) + " " + pb.role,
-                                      shape});
+    for (uint32_t rank = 0; rank < ranks; ++rank) add_buffers(g, rank, ranks);
+  }
+}
+
+// Each rank's bytes differ (its role hash is salted), so a page read from the wrong rank shows.
+void FakeEngine::add_buffers(const CacheGroup& g, uint32_t rank, uint32_t ranks) {
+  const StoragePlan& plan = manager_.plan();
+  for (uint32_t b : g.buffers) {
+    const PlannedBuffer& pb = plan.buffers()[b];
+    // A state kept as a reduced-precision snapshot must survive the round trip bit for bit.
+    WordShape shape;
+    if (pb.snapshot_size != 0 && pb.snapshot_size != pb.size) {
+      shape = pb.snapshot_dtype == DType::kFP8E4M3
+                  ? WordShape{0x83f0000083f00000ull, 0x3c0000003c000000ull}  // 2^-7 <= |x| < 2
+                  : WordShape{0xbfff0000bfff0000ull, 0};
     }
+    const std::string where = ranks > 1 ? " of rank " + std::to_string(rank) : "";
+    buffers_[g.id.value].push_back(
+        {pb.layer, rank == 0 ? fnv(pb.role) : combine(fnv(pb.role), rank), pb.pool_group, pb.pool,
+         pb.offset, pb.size, "layer " + std::to_string(pb.layer) + " " + pb.role + where, shape,
+         rank});
   }
 }
 
@@ -56,8 +65,8 @@ uint64_t FakeEngine::prefix(FakeRequest& r, uint32_t beam, uint64_t tokens) {
 }
 
 std::byte* FakeEngine::page(const Buffer& b, int32_t slot) const {
-  std::byte* base =
-      manager_.slot_address(TierKind::kGpu, b.pool_group, b.pool, static_cast<uint32_t>(slot));
+  std::byte* base = manager_.slot_address(TierKind::kGpu, b.pool_group, b.pool,
+                                          static_cast<uint32_t>(slot), b.rank);
   return base == nullptr ? nullptr : base + b.offset;
 }
 

@@ -24,7 +24,7 @@ Status HostEngine::attach(const StoragePlan& plan, EngineCopyQueue& queue) {
 }
 
 std::byte* HostEngine::pool_base(TierKind tier, PoolGroupId pool_group, uint32_t pool) const {
-  return memory_ ? memory_->pool_base(tier, pool_group, pool) : nullptr;
+  return memory_ ? memory_->pool_base(tier, pool_group, pool, 0) : nullptr;
 }
 
 void HostEngine::on_wait(CopyEvent) { run(); }

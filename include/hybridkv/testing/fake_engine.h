@@ -1,10 +1,10 @@
 // FakeEngine: stands in for the model kernels and proves that every page holds what it should.
 //
-// It writes into every page it is given bytes derived from (scope, token prefix, layer, role,
-// position): the KV of token p depends on the scope and tokens [0, p]; an SSM state after n
-// tokens depends on the scope and tokens [0, n). On every step it first checks every page the
-// step would read, so a misplaced, stale, lost or overwritten page shows up as a mismatch that
-// names the group, layer, role, block and slot.
+// It writes into every page it is given, on every rank (KvCacheManager::ranks), bytes derived
+// from (scope, token prefix, layer, role, rank, position): the KV of token p depends on the scope
+// and tokens [0, p]; an SSM state after n tokens depends on the scope and tokens [0, n). On every
+// step it first checks every page the step would read, so a misplaced, stale, lost or overwritten
+// page shows up as a mismatch that names the group, layer, role, block and slot.
 //
 // Thread-safety: one engine per thread; it calls the manager's thread-safe API.
 #pragma once
@@ -82,7 +82,9 @@ class FakeEngine {
     uint64_t size;
     std::string name;
     WordShape shape;
+    uint32_t rank;  // KvCacheManager::ranks: every rank's pages are written and checked
   };
+  void add_buffers(const CacheGroup& g, uint32_t rank, uint32_t ranks);
   uint64_t prefix(FakeRequest& r, uint32_t beam, uint64_t tokens);
   Status write(const KvCache& cache, FakeRequest& r, uint64_t from, uint64_t upto,
                const CacheGroup* only);

@@ -13,6 +13,9 @@ namespace hybridkv::memory {
 namespace cuda_detail {
 
 DeviceRank::~DeviceRank() {
+  // A rank refused before allocating (a device that does not exist) touches no device: a failed
+  // cudaSetDevice would leave an error for the next kernel launch to report.
+  if (stream == nullptr && pools.empty() && bounce == nullptr && rings[0].done == nullptr) return;
   (void)cudaSetDevice(device);
   if (stream != nullptr) cudaStreamSynchronize(stream);
   for (cudaEvent_t e : spare_events) cudaEventDestroy(e);
@@ -39,8 +42,9 @@ CudaBackend::~CudaBackend() {
   int previous = 0;
   const bool known = cudaGetDevice(&previous) == cudaSuccess;
   for (const auto& rank : ranks_) {
+    if (rank->stream == nullptr) continue;
     (void)cudaSetDevice(rank->device);
-    if (rank->stream != nullptr) cudaStreamSynchronize(rank->stream);
+    cudaStreamSynchronize(rank->stream);
   }
   for (InFlight& f : in_flight_) {
     for (cudaEvent_t e : f.events) cudaEventDestroy(e);
@@ -83,7 +87,7 @@ Status CudaBackend::check_devices(const StoragePlan& plan) {
     if (bytes > free_bytes) {
       return Status(StatusCode::kOutOfPages, "cuda backend: the GPU quota " + format_bytes(bytes) +
                                                  " on device " + std::to_string(device) +
-                                                 " exceeds its free memory " +
+                                                 " exceeds the device's free memory " +
                                                  format_bytes(free_bytes));
     }
   }

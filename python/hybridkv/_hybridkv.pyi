@@ -476,7 +476,10 @@ class KvCacheManager:
         """
 
     @staticmethod
-    def create(config: ManagerConfig, backend: BackendKind = BackendKind.HOST, device: int = 0) -> KvCacheManager: ...
+    def create(config: ManagerConfig, backend: BackendKind = BackendKind.HOST, device: int = 0, devices: Sequence[int] = []) -> KvCacheManager:
+        """
+        devices: one tensor-parallel rank per entry, each on that CUDA device (HOST: ranks in host memory); every copy runs on each rank, one set of tables for all.
+        """
 
     def create_kv_cache(self, input_tokens: Sequence[int] = [], beam_width: int = 1) -> KvCache:
         """
@@ -494,6 +497,9 @@ class KvCacheManager:
     def need_adjustment(self) -> bool: ...
 
     def adjust(self) -> bool: ...
+
+    @property
+    def ranks(self) -> int: ...
 
     @property
     def num_cache_groups(self) -> int: ...

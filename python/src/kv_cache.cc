@@ -211,10 +211,16 @@ void bind_kv_cache_manager(nb::module_& m) {
   bind_manager_calls(cls, [](KvCacheManager& mgr) -> KvCacheManager& { return mgr; });
   cls.def_static(
          "create",
-         [](const ManagerConfig& config, BackendKind backend, int device) {
-           return value_or_raise(KvCacheManager::create(config, BackendOptions{backend, device}));
+         [](const ManagerConfig& config, BackendKind backend, int device,
+            std::vector<int> devices) {
+           BackendOptions o{backend, device};
+           o.devices = std::move(devices);
+           return value_or_raise(KvCacheManager::create(config, o));
          },
-         "config"_a, "backend"_a = BackendKind::kHost, "device"_a = 0)
+         "config"_a, "backend"_a = BackendKind::kHost, "device"_a = 0,
+         "devices"_a = std::vector<int>{},
+         "devices: one tensor-parallel rank per entry, each on that CUDA device (HOST: ranks in "
+         "host memory); every copy runs on each rank, one set of tables for all.")
       .def(
           "create_kv_cache",
           [](KvCacheManager& mgr, std::vector<int32_t> input_tokens, uint32_t beam_width) {
@@ -249,6 +255,7 @@ void bind_kv_cache_manager(nb::module_& m) {
       .def("need_adjustment", &KvCacheManager::need_adjustment, Release())
       .def(
           "adjust", [](KvCacheManager& mgr) { return value_or_raise(mgr.adjust()); }, Release())
+      .def_prop_ro("ranks", &KvCacheManager::ranks)
       .def_prop_ro("num_cache_groups",
                    [](const KvCacheManager& mgr) { return mgr.plan().cache_groups().size(); });
 }

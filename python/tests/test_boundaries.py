@@ -210,3 +210,16 @@ def test_a_host_allocation_failure_names_the_backend_not_a_cli_flag():
     with pytest.raises(hk.OutOfPagesError, match="cannot allocate 1.00 PiB .* use the none "
                        "backend"):
         hk.KvCacheManager.create(config, hk.BackendKind.HOST)
+
+
+def test_ranks_in_one_manager_or_a_clear_refusal():
+    """Issue 34: devices= holds one tensor-parallel rank per entry (HOST: in host memory)."""
+    config = hk.ManagerConfig(
+        tokens_per_block=16,
+        attention_layers=[hk.AttentionLayerConfig(id=0, buffers=[
+            hk.BufferConfig(role="key", bytes_per_page=1024)])],
+        tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=1 << 20)])
+    assert hk.KvCacheManager.create(config, hk.BackendKind.HOST).ranks == 1
+    assert hk.KvCacheManager.create(config, hk.BackendKind.HOST, devices=[0, 0]).ranks == 2
+    with pytest.raises(ValueError, match="2 devices"):
+        hk.KvCacheManager.create(config, hk.BackendKind.NONE, devices=[0, 1])

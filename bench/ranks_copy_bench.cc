@@ -16,33 +16,15 @@
 #include <vector>
 
 #include "bench_models.h"
+#include "cuda_bench.h"
 #include "hybridkv/manager.h"
 #include "memory/backend.h"
 
 namespace hybridkv {
 namespace {
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-
-using Clock = std::chrono::steady_clock;
-
-double best_seconds(int reps, const std::function<void()>& fn) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
+using bench::best_seconds;
+using bench::Clock;
 
 // One device's 2 GiB pinned buffer and device buffer, for the bus limit.
 struct Bus {

@@ -193,6 +193,107 @@ TEST(Sim, SyntheticTrafficReusesItsIndependentlyComputedBound) {
   std::remove(trace.c_str());
 }
 
+// The named shapes of traffic (issue 35 item 2): each is what it says (prompts that extend
+// earlier ones; shared prefixes; the same blocks in different orders or at different offsets),
+// arrives in time order, and with one request at a time and memory for everything the
+// attention-only model reuses exactly its independently computed bound.
+std::vector<std::vector<uint64_t>> trace_ids(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::vector<uint64_t>> out;
+  uint64_t last = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_GE(j["timestamp"].get<uint64_t>(), last);
+    last = j["timestamp"].get<uint64_t>();
+    out.push_back(j["hash_ids"].get<std::vector<uint64_t>>());
+  }
+  return out;
+}
+
+// Whether some prompt extends an earlier one (its ids but the last, then more).
+bool extends_an_earlier_prompt(const std::vector<std::vector<uint64_t>>& ids) {
+  for (size_t j = 0; j < ids.size(); ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      const size_t n = ids[i].size() - 1;
+      if (n >= 2 && ids[j].size() > ids[i].size() &&
+          std::equal(ids[i].begin(), ids[i].begin() + n, ids[j].begin()))
+        return true;
+    }
+  }
+  return false;
+}
+
+// Whether some block id stands at two different positions in two prompts.
+bool a_block_moves(const std::vector<std::vector<uint64_t>>& ids) {
+  std::map<uint64_t, size_t> at;
+  for (const auto& prompt : ids) {
+    for (size_t p = 0; p < prompt.size(); ++p) {
+      auto [it, fresh] = at.emplace(prompt[p], p);
+      if (!fresh && it->second != p) return true;
+    }
+  }
+  return false;
+}
+
+TEST(Sim, EveryNamedShapeOfTrafficHasItsShapeAndReusesItsBound) {
+  for (const std::string shape : {"chat", "system", "agent", "fewshot", "rag"}) {
+    SCOPED_TRACE(shape);
+    const std::string trace = scratch("shape_" + shape + ".jsonl");
+    const std::string json = scratch("shape_" + shape + ".json");
+    const CliRun r = run_cli("sim --model " + kModel + " --trace synthetic:" + shape +
+                             ":200:3 --backend none --attention-only --max-batch 1 "
+                             "--gpu-quota 400GiB --quiet --write-trace " +
+                             trace + " --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::vector<std::vector<uint64_t>> ids = trace_ids(trace);
+    ASSERT_EQ(ids.size(), 200u);
+    std::map<uint64_t, uint32_t> first_block;
+    for (const auto& prompt : ids) ++first_block[prompt.front()];
+    uint32_t most_shared = 0;
+    for (const auto& [id, n] : first_block) most_shared = std::max(most_shared, n);
+    if (shape == "chat" || shape == "agent") {
+      EXPECT_TRUE(extends_an_earlier_prompt(ids));
+    }
+    if (shape == "system" || shape == "fewshot" || shape == "rag") {
+      EXPECT_GE(most_shared, 20u);
+    }
+    if (shape == "fewshot" || shape == "rag") {
+      EXPECT_TRUE(a_block_moves(ids));
+    }
+    if (shape == "chat") {
+      EXPECT_FALSE(a_block_moves(ids));
+    }
+    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    const uint64_t expected = brute_force_bound(trace);
+    EXPECT_GT(expected, 0u);
+    EXPECT_EQ(j["reused_tokens"].get<uint64_t>(), expected);
+    // The same seed gives the same trace; another seed another.
+    const std::string again = scratch("shape_again.jsonl");
+    for (const char* seed : {"3", "4"}) {
+      ASSERT_EQ(run_cli("sim --model " + kModel + " --trace synthetic:" + shape + ":200:" + seed +
+                        " --backend none --quiet --limit 20 --write-trace " + again)
+                    .exit_code,
+                0);
+      const auto head = trace_ids(again);
+      EXPECT_EQ(head == std::vector<std::vector<uint64_t>>(ids.begin(), ids.begin() + 20),
+                std::string(seed) == "3");
+    }
+    std::remove(again.c_str());
+    std::remove(json.c_str());
+    std::remove(trace.c_str());
+  }
+  for (const auto& [spec, message] :
+       {std::pair{"synthetic:bogus:5",
+                  "unknown shape 'bogus' (chat, system, agent, fewshot or rag)"},
+        std::pair{"synthetic:chat:0", "N must be in [1, 1000000]"},
+        std::pair{"synthetic:rag:5x", "--trace synthetic:rag:5x: '5x'"}}) {
+    const CliRun r = run_cli("sim --model " + kModel + " --trace " + spec + " --quiet");
+    EXPECT_EQ(r.exit_code, 2) << spec;
+    EXPECT_NE(r.err.find(message), std::string::npos) << spec << "\n" << r.err;
+  }
+}
+
 // A pipeline rank (issue 34 item 4) holds only its layers: with the same quota it reuses at
 // least what the whole model does, its report names the layout, and the verified run on the
 // host backend finds every page intact.

@@ -4,6 +4,7 @@
 #include "hybridkv/units.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -29,14 +30,13 @@ uint64_t blocks_of(const TraceRequest& r) {
   return (r.input_length + kMooncakeBlock - 1) / kMooncakeBlock;
 }
 
-// Synthetic requests list fewer ids than blocks when their last block is their own.
+}  // namespace
+
 void pad_ids(TraceRequest& r, uint64_t index, uint64_t unique_base) {
   r.index = index;
   while (r.hash_ids.size() < blocks_of(r))
     r.hash_ids.push_back(unique_base + index * 4096 + r.hash_ids.size());
 }
-
-}  // namespace
 
 std::vector<int32_t> prompt_tokens(const TraceRequest& r) {
   std::vector<int32_t> prompt;
@@ -107,7 +107,14 @@ Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, u
 }
 
 Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec, uint64_t limit) {
-  // synthetic:N[:seed]
+  // synthetic:SHAPE:N[:seed] (trace_shapes.cc), or synthetic:N[:seed]: the mixed traffic below.
+  const size_t shape_end = spec.find(':', 10);
+  const std::string shape =
+      spec.substr(10, shape_end == std::string::npos ? spec.npos : shape_end - 10);
+  if (!shape.empty() && std::isalpha(static_cast<unsigned char>(shape[0]))) {
+    return shaped_trace(spec, shape,
+                        shape_end == std::string::npos ? "" : spec.substr(shape_end + 1), limit);
+  }
   const size_t a = spec.find(':'), b = spec.find(':', a + 1);
   const Result<uint64_t> count =
       parse_count(spec.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1));
@@ -115,8 +122,9 @@ Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec, uint6
       b == std::string::npos ? Result<uint64_t>(uint64_t{1}) : parse_count(spec.substr(b + 1));
   for (const Result<uint64_t>* r : {&count, &seed_value}) {
     if (!*r) {
-      return Status::invalid("--trace " + spec + ": " + r->status().message() +
-                             " (expected synthetic:N or synthetic:N:SEED)");
+      return Status::invalid(
+          "--trace " + spec + ": " + r->status().message() +
+          " (expected synthetic:N, synthetic:N:SEED or synthetic:SHAPE:N[:SEED])");
     }
   }
   uint64_t n = *count;

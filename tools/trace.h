@@ -32,9 +32,19 @@ std::vector<int32_t> output_tokens(const TraceRequest& request);
 Result<std::vector<TraceRequest>> read_mooncake_trace(const std::string& path, uint64_t limit);
 
 // Synthetic traffic: multi-turn chats (each turn's prompt is the conversation so far) and agents
-// that share a system prompt. `spec` is "synthetic:N[:seed]"; `limit` (0: none) keeps the first
-// requests of it.
+// that share a system prompt. `spec` is "synthetic:N[:seed]", or "synthetic:SHAPE:N[:seed]" for
+// one named shape of traffic (kTraceShapes); `limit` (0: none) keeps the first requests of it.
 Result<std::vector<TraceRequest>> synthetic_trace(const std::string& spec, uint64_t limit);
+
+// The named shapes (trace_shapes.cc): many users' multi-turn chats; a few shared system prompts
+// before many users' questions; agents whose context grows by tool outputs; few-shot prompts
+// sharing examples in different orders; retrieval with shared documents at different offsets.
+inline constexpr const char* kTraceShapes[] = {"chat", "system", "agent", "fewshot", "rag"};
+// `shape` one of kTraceShapes, `rest` "N[:seed]" (spec names the whole, for errors).
+Result<std::vector<TraceRequest>> shaped_trace(const std::string& spec, const std::string& shape,
+                                               const std::string& rest, uint64_t limit);
+// Gives a synthetic request its position and ids for the blocks it lists none for (its own).
+void pad_ids(TraceRequest& r, uint64_t index, uint64_t unique_base);
 
 // Writes the trace as Mooncake JSONL (timestamp, input_length, output_length, hash_ids), so that a
 // synthetic trace can be replayed or checked by other tools.

@@ -1,6 +1,7 @@
 // The pieces of `hybridkv sim`: the scheduler loop and the report (see sim.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,25 @@ struct Sample {
   uint64_t bound = 0;
   std::vector<double> gpu_used;  // by pool group
 };
+
+// The manager calls a step's CPU time is spent in (the slow-step profile of the report).
+enum SimOp : uint8_t {
+  kOpAdd,
+  kOpResume,
+  kOpSuspend,
+  kOpFree,
+  kOpCommit,
+  kOpResize,
+  kOpAdjust,
+  kSimOps
+};
+inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)",
+                                                     "resume",
+                                                     "suspend",
+                                                     "free_request / commit_answer",
+                                                     "commit_at_snapshot",
+                                                     "resize",
+                                                     "rebalance (need_adjustment, adjust)"};
 
 // What a run counted.
 struct SimCounters {
@@ -55,6 +75,7 @@ struct SimCounters {
   uint64_t adjustments = 0;                      // rebalancing steps taken
   std::vector<std::vector<uint64_t>> end_slots;  // per tier, per pool group: slots at the end
   std::vector<double> step_us;                   // manager CPU time per step
+  std::vector<std::array<float, kSimOps>> step_ops_us;  // ... by call (SimOp)
   double shared_fetch_us = 0;  // wall time of the shared-tier fetches (store round trips)
   std::vector<uint64_t> peak;  // peak GPU slots per pool group
   std::vector<Sample> samples;

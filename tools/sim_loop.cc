@@ -64,10 +64,12 @@ class Scheduler {
 
  private:
   template <typename Fn>
-  auto timed(Fn&& fn) {
+  auto timed(SimOp op, Fn&& fn) {
     const auto t0 = Clock::now();
     auto r = fn();
-    manager_us_ += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    manager_us_ += us;
+    ops_us_[op] += static_cast<float>(us);
     return r;
   }
   void check(const Status& s, const char* what) {
@@ -109,6 +111,7 @@ class Scheduler {
   bool progressed_ = false;
   std::string last_refusal_;
   double manager_us_ = 0;
+  std::array<float, kSimOps> ops_us_{};
   bool tty_ = false;
   Clock::time_point last_progress_ = Clock::now();
 };
@@ -137,7 +140,7 @@ void Scheduler::resume_suspended() {
       last_refusal_ = can.message();
       return;
     }
-    check(timed([&] { return h_.resume(r.index); }), "resume");
+    check(timed(kOpResume, [&] { return h_.resume(r.index); }), "resume");
     ++c_.resumes;
     if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify after resume");
     running_.push_back(std::move(r));
@@ -154,7 +157,7 @@ bool Scheduler::create(Running& r, const Waiting& w) {
     c_.shared_fetch_us +=
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   }
-  const Status added = timed([&] { return h_.add_request(w.index, prompt); });
+  const Status added = timed(kOpAdd, [&] { return h_.add_request(w.index, prompt); });
   if (!added.is_ok()) {
     c_.error = "add_request: " + added.to_string();
     return false;
@@ -199,7 +202,7 @@ void Scheduler::admit() {
       last_refusal_ = can.message();
       return;
     }
-    check(timed([&] { return h_.resume(r.index); }), "resume at admission");
+    check(timed(kOpResume, [&] { return h_.resume(r.index); }), "resume at admission");
     if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify after admission");
     running_.push_back(std::move(r));
     admitting_.reset();
@@ -207,7 +210,7 @@ void Scheduler::admit() {
 }
 
 void Scheduler::suspend(Running& victim) {
-  check(timed([&] { return h_.suspend(victim.index); }), "suspend");
+  check(timed(kOpSuspend, [&] { return h_.suspend(victim.index); }), "suspend");
   ++c_.suspends;
   suspended_.push_back(std::move(victim));
   std::sort(suspended_.begin(), suspended_.end(), older);
@@ -215,7 +218,7 @@ void Scheduler::suspend(Running& victim) {
 
 // The request is freed (its committed blocks stay in the tree) and admitted again later.
 void Scheduler::recompute(Running victim) {
-  check(timed([&] { return h_.free_request(victim.index); }), "free for recompute");
+  check(timed(kOpFree, [&] { return h_.free_request(victim.index); }), "free for recompute");
   ++c_.recomputes;
   const Waiting w{victim.index, victim.order, victim.high_water};
   auto at = std::upper_bound(waiting_.begin(), waiting_.end(), w,
@@ -255,11 +258,11 @@ void Scheduler::finish(Running& r) {
   // prompt never holds an earlier request's output (it arrives as new hash ids).
   if (h_.serving().snapshots.answer_end) {
     const std::vector<int32_t> output = output_tokens(reqs_[r.index]);
-    const Status s = timed([&] { return h_.commit_answer(r.index, output); });
+    const Status s = timed(kOpFree, [&] { return h_.commit_answer(r.index, output); });
     if (!s.is_ok() && s.code() != StatusCode::kOutOfPages) check(s, "commit answer");
   }
   if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify before free");
-  check(timed([&] { return h_.free_request(r.index); }), "free");
+  check(timed(kOpFree, [&] { return h_.free_request(r.index); }), "free");
   ++finished_;
 }
 
@@ -273,7 +276,8 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
   uint64_t upto = history + 1;
   if (prefill) upto = std::min(*h_.next_snapshot_point(r.index), history + budget);
   for (;;) {
-    const Status s = timed([&] { return h_.resize(r.index, upto, engine_ ? history : upto); });
+    const Status s =
+        timed(kOpResize, [&] { return h_.resize(r.index, upto, engine_ ? history : upto); });
     if (s.is_ok()) break;
     if (s.code() != StatusCode::kOutOfPages) {
       c_.error = "resize: " + s.to_string();
@@ -302,14 +306,14 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
   if (prefill) budget -= upto - history;
   if (engine_) {
     check(engine_->write_step(cache, r.fake, upto), "step");
-    check(timed([&] { return h_.resize(r.index, upto, upto); }), "resize");
+    check(timed(kOpResize, [&] { return h_.resize(r.index, upto, upto); }), "resize");
   }
   if (upto > r.high_water) {
     r.high_water = upto;
     progressed_ = true;
   }
   if (prefill) {
-    const Status committed = timed([&] { return h_.commit_at_snapshot(r.index); });
+    const Status committed = timed(kOpCommit, [&] { return h_.commit_at_snapshot(r.index); });
     if (!committed.is_ok() && committed.code() != StatusCode::kOutOfPages)
       check(committed, "commit");  // full: not published
   } else if (++r.generated >= t.output_length) {
@@ -334,8 +338,8 @@ void Scheduler::step() {
 void Scheduler::rebalance() {
   if (!h_.serving().policies.rebalancing()) return;
   KvCacheManager& m = h_.manager();
-  if (!timed([&] { return m.need_adjustment(); })) return;
-  const Result<bool> moved = timed([&] { return m.adjust(); });
+  if (!timed(kOpAdjust, [&] { return m.need_adjustment(); })) return;
+  const Result<bool> moved = timed(kOpAdjust, [&] { return m.adjust(); });
   check(moved.status(), "adjust");
   if (moved.is_ok() && *moved) ++c_.adjustments;
 }
@@ -359,6 +363,7 @@ void Scheduler::record_step() {
     sample.gpu_used.push_back(pg.total_slots ? static_cast<double>(used) / pg.total_slots : 0);
   }
   c_.step_us.push_back(manager_us_);
+  c_.step_ops_us.push_back(ops_us_);
   if (c_.steps % 64 == 0) c_.samples.push_back(std::move(sample));
   ++c_.steps;
   clock_ms_ += o_.step_ms;
@@ -397,6 +402,7 @@ std::string Scheduler::stuck_message() const {
 bool Scheduler::tick() {
   if (finished_ >= reqs_.size() || !c_.error.empty()) return false;
   manager_us_ = 0;
+  ops_us_ = {};
   arrivals();
   resume_suspended();
   admit();

@@ -14,12 +14,44 @@ namespace {
 struct StepTimes {
   double median = 0;
   double p99 = 0;
+  // The steps at or above the p99: how many, and their time by call (SimOp).
+  uint64_t slow_steps = 0;
+  std::array<double, kSimOps> slow_ops_us{};
 };
 
-StepTimes step_times(std::vector<double> us) {
-  if (us.empty()) return {};
+StepTimes step_times(const SimCounters& c) {
+  if (c.step_us.empty()) return {};
+  std::vector<double> us = c.step_us;
   std::sort(us.begin(), us.end());
-  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+  StepTimes t{us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+  for (size_t s = 0; s < c.step_us.size() && s < c.step_ops_us.size(); ++s) {
+    if (c.step_us[s] < t.p99) continue;
+    ++t.slow_steps;
+    for (size_t op = 0; op < kSimOps; ++op) t.slow_ops_us[op] += c.step_ops_us[s][op];
+  }
+  return t;
+}
+
+// "where the slowest 1 % of steps spend it: resize 61 %, add_request 30 %, ..." (largest first).
+std::string slow_step_profile(const StepTimes& t) {
+  double total = 0;
+  for (double us : t.slow_ops_us) total += us;
+  if (t.slow_steps == 0 || total <= 0) return "";
+  std::vector<size_t> order(kSimOps);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return t.slow_ops_us[a] > t.slow_ops_us[b]; });
+  std::string out;
+  char buf[128];
+  for (size_t op : order) {
+    if (t.slow_ops_us[op] < 0.005 * total) break;
+    std::snprintf(buf, sizeof buf, "%s%s %.0f %%", out.empty() ? "" : ", ", kSimOpNames[op],
+                  100 * t.slow_ops_us[op] / total);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, " (%llu steps, %.0f us each on average)",
+                static_cast<unsigned long long>(t.slow_steps), total / t.slow_steps);
+  return out + buf;
 }
 
 // The figures of a run, once, for the text and the JSON.
@@ -208,6 +240,10 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["peak_gpu_slots"] = c.peak;
   j["manager_us_per_step_median"] = f.times.median;
   j["manager_us_per_step_p99"] = f.times.p99;
+  nlohmann::json slow;
+  for (size_t op = 0; op < kSimOps; ++op) slow[kSimOpNames[op]] = f.times.slow_ops_us[op];
+  j["slowest_steps_us_by_call"] = slow;
+  j["slowest_steps"] = f.times.slow_steps;
   j["verify"] = o.verify;
   j["verify_mismatches"] = c.mismatches;
   j["verify_pages_checked"] = engine ? engine->pages_checked() : 0;
@@ -288,6 +324,8 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
     std::printf("\n");
   }
   std::printf("manager CPU / step  median %.1f us, p99 %.1f us\n", f.times.median, f.times.p99);
+  if (const std::string slow = slow_step_profile(f.times); !slow.empty())
+    std::printf("slowest 1%% steps   %s\n", slow.c_str());
   if (o.verify && engine != nullptr) {
     std::printf("verify              %llu mismatches, %llu pages checked\n",
                 static_cast<ull>(c.mismatches), static_cast<ull>(engine->pages_checked()));
@@ -322,7 +360,7 @@ int report(const SimOptions& o, const ModelDescription& model,
            const testing::FakeEngine* engine, double seconds) {
   Figures f;
   f.bound = c.bound_tokens;
-  f.times = step_times(c.step_us);
+  f.times = step_times(c);
   if (h.state_group()) {
     const ReuseStats rs = h.manager().reuse_stats();
     f.snapshot_hits = rs.groups[h.state_group()->value].hits;

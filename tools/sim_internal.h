@@ -76,7 +76,9 @@ struct SimCounters {
   std::vector<std::vector<uint64_t>> end_slots;  // per tier, per pool group: slots at the end
   std::vector<double> step_us;                   // manager CPU time per step
   std::vector<std::array<float, kSimOps>> step_ops_us;  // ... by call (SimOp)
-  double shared_fetch_us = 0;  // wall time of the shared-tier fetches (store round trips)
+  double shared_fetch_us = 0;
+  double hash_ahead_us = 0;  // prompts' block keys, hashed off the step (hash_prompt)  // wall time
+                             // of the shared-tier fetches (store round trips)
   std::vector<uint64_t> peak;  // peak GPU slots per pool group
   std::vector<Sample> samples;
   std::string error;  // set when the run stopped early

@@ -157,7 +157,12 @@ bool Scheduler::create(Running& r, const Waiting& w) {
     c_.shared_fetch_us +=
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   }
-  const Status added = timed(kOpAdd, [&] { return h_.add_request(w.index, prompt); });
+  // Keys hashed when the request arrives, off the step (an engine's frontend thread).
+  const auto hash_start = Clock::now();
+  std::shared_ptr<const PromptKeys> keys = h_.manager().hash_prompt({}, prompt);
+  c_.hash_ahead_us += std::chrono::duration<double, std::micro>(Clock::now() - hash_start).count();
+  const Status added =
+      timed(kOpAdd, [&] { return h_.add_request(w.index, prompt, {}, std::move(keys)); });
   if (!added.is_ok()) {
     c_.error = "add_request: " + added.to_string();
     return false;

@@ -244,6 +244,7 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   for (size_t op = 0; op < kSimOps; ++op) slow[kSimOpNames[op]] = f.times.slow_ops_us[op];
   j["slowest_steps_us_by_call"] = slow;
   j["slowest_steps"] = f.times.slow_steps;
+  j["prompt_hash_ahead_us"] = c.hash_ahead_us;
   j["verify"] = o.verify;
   j["verify_mismatches"] = c.mismatches;
   j["verify_pages_checked"] = engine ? engine->pages_checked() : 0;
@@ -324,6 +325,8 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
     std::printf("\n");
   }
   std::printf("manager CPU / step  median %.1f us, p99 %.1f us\n", f.times.median, f.times.p99);
+  std::printf("prompt keys         hashed ahead, off the step: %.1f s in all\n",
+              c.hash_ahead_us / 1e6);
   if (const std::string slow = slow_step_profile(f.times); !slow.empty())
     std::printf("slowest 1%% steps   %s\n", slow.c_str());
   if (o.verify && engine != nullptr) {

@@ -121,8 +121,11 @@ class HybridCacheManager {
   std::optional<CacheGroupId> replay_group() const { return replay_group_; }
 
   // --- requests ---
-  // A new request: a SUSPENDED cache that already holds what the prefix tree offers.
-  Status add_request(uint64_t request_id, std::span<const int32_t> prompt, ReuseScope scope = {});
+  // A new request: a SUSPENDED cache that already holds what the prefix tree offers. `keys`:
+  // the prompt's block keys computed ahead (manager().hash_prompt, e.g. when the request
+  // arrived), so that neither this call nor the prompt's commits hash it.
+  Status add_request(uint64_t request_id, std::span<const int32_t> prompt, ReuseScope scope = {},
+                     std::shared_ptr<const PromptKeys> keys = nullptr);
   Status resume(uint64_t request_id);
   Status suspend(uint64_t request_id);
   Status resize(uint64_t request_id, uint64_t capacity, uint64_t history);

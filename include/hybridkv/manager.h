@@ -27,6 +27,26 @@
 
 namespace hybridkv {
 
+// The block keys of a prompt's full blocks, computed ahead of its request
+// (KvCacheManager::hash_prompt: any thread, before the scheduler takes the request), so that
+// matching it and committing its blocks hash nothing on the scheduler's step. Valid for the
+// tokens, scope and multimodal items it was computed for, on managers of the same
+// tokens_per_block and block hash; create_kv_cache refuses it for anything else.
+class PromptKeys {
+ public:
+  uint64_t blocks() const { return keys_.size(); }  // full blocks covered
+  uint64_t tokens() const { return tokens_; }
+
+ private:
+  friend struct cache_detail::CoreAccess;
+  ReuseScope scope_;
+  uint32_t tokens_per_block_ = 0;
+  BlockHash kind_ = BlockHash::kSha256;
+  uint64_t tokens_ = 0;
+  uint64_t fingerprint_ = 0;  // of the tokens and multimodal items
+  std::vector<BlockKey> keys_;
+};
+
 struct CacheOptions {
   ReuseScope scope;
   std::vector<int32_t> input_tokens;       // the prompt (prefix matching uses it)
@@ -36,6 +56,8 @@ struct CacheOptions {
   std::optional<bool> swa_scratch;
   // Names the cache in error messages ("request 20"); empty: "cache <internal id>".
   std::string label;
+  // The prompt's block keys, computed ahead (KvCacheManager::hash_prompt); null: hashed here.
+  std::shared_ptr<const PromptKeys> prompt_keys = nullptr;
 };
 
 // One cache's new size in KvCacheManager::resize_all (KvCache::resize's arguments).
@@ -61,6 +83,13 @@ class KvCacheManager {
   // several threads at once (it takes the manager's lock shared).
   ReuseMatch probe_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
                          std::span<const MultimodalItem> multimodal = {}) const;
+  // The keys of the prompt's full blocks for CacheOptions::prompt_keys. Thread-safe and reads
+  // no state but the config: a scheduler hashes prompts as they arrive (another thread, or
+  // between steps) instead of inside the step that admits them. Cost: the hashing
+  // create_kv_cache and the prompt's commits would otherwise do, once.
+  std::shared_ptr<const PromptKeys> hash_prompt(
+      const ReuseScope& scope, std::span<const int32_t> tokens,
+      std::span<const MultimodalItem> multimodal = {}) const;
   // Several resizes as one operation (a decode step's batch): every cache's resize is checked
   // and the room for all of them counted before anything changes; on any error (a cache listed
   // twice, one not ACTIVE or of another manager, no room) nothing changed.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -68,6 +69,8 @@ struct CacheRecord {
   uint64_t committed = 0;         // tokens published (or reused) so far
   // Full node the next block hangs under; pinned while set.
   prefix::NodeId commit_parent = prefix::kNoNode;
+  // The prompt's block keys, computed ahead (CacheOptions::prompt_keys): its commits use them.
+  std::shared_ptr<const std::vector<BlockKey>> prompt_keys;
 
   // Distinct pages of an attention block: one shared by every beam inside the prompt's full
   // blocks (beam search forks after the prompt), one per beam after.

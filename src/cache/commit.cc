@@ -104,9 +104,11 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
 void ManagerCore::commit_full_block(CacheRecord& rec, uint64_t b) {
   const uint32_t tpb = plan_.config().tokens_per_block;
   const std::span<const int32_t> all(rec.tokens);
-  const NodeId node =
-      index_.block_node(rec.commit_parent, all.subspan(b * tpb, tpb), b * tpb, rec.multimodal,
-                        /*full=*/true);
+  const NodeId node = rec.prompt_keys && b < rec.prompt_keys->size()
+                          ? index_.block_node_keyed(rec.commit_parent, (*rec.prompt_keys)[b],
+                                                    all.subspan(b * tpb, tpb), /*full=*/true)
+                          : index_.block_node(rec.commit_parent, all.subspan(b * tpb, tpb), b * tpb,
+                                              rec.multimodal, /*full=*/true);
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (!publishable(g) || g.kind != GroupKind::kAttention || b >= rec.attention_blocks) continue;
     GroupState& gs = rec.groups[g.id.value];

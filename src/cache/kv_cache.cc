@@ -232,6 +232,18 @@ std::vector<uint64_t> KvCacheManager::scan_non_finite(
   return core_->backend().scan_non_finite(spans, dtypes);
 }
 
+std::shared_ptr<const PromptKeys> KvCacheManager::hash_prompt(
+    const ReuseScope& scope, std::span<const int32_t> tokens,
+    std::span<const MultimodalItem> multimodal) const {
+  thread_local std::unique_ptr<prefix::BlockHasher> hashers[2];  // as probe_reuse
+  const ManagerConfig& config = core_->plan().config();
+  std::unique_ptr<prefix::BlockHasher>& hasher = hashers[static_cast<size_t>(config.block_hash)];
+  if (!hasher) hasher = std::make_unique<prefix::BlockHasher>(config.block_hash);
+  return cache_detail::CoreAccess::make_keys(
+      config, scope, tokens, multimodal,
+      prefix::prompt_block_keys(*hasher, scope, tokens, multimodal, config.tokens_per_block));
+}
+
 uint32_t KvCacheManager::ranks() const { return core_->backend().ranks(); }
 
 std::byte* KvCacheManager::slot_address(TierKind tier, PoolGroupId pool_group, uint32_t pool,

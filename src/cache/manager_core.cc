@@ -286,6 +286,9 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
                                             " living caches already exist");
   }
   if (Status s = check_beam_width(options.beam_width); !s) return s;
+  if (options.prompt_keys) {
+    if (Status s = CoreAccess::check_keys(*options.prompt_keys, config, options); !s) return s;
+  }
   if (options.beam_width > 1) {
     for (const PoolGroup& pg : plan_.pool_groups()) {
       if (pg.fixed_private) {
@@ -315,7 +318,14 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
     gs.index_buffers.resize(rec.beam_width);
   }
   rec.multimodal = options.multimodal;
-  attach_match(rec, index_.match_and_mark_demand(rec.scope, rec.tokens, rec.multimodal));
+  std::span<const BlockKey> keys;
+  if (options.prompt_keys) {
+    // Shares the caller's keys: the record keeps them alive for its commits.
+    rec.prompt_keys = std::shared_ptr<const std::vector<BlockKey>>(
+        options.prompt_keys, &CoreAccess::keys_of(*options.prompt_keys));
+    keys = *rec.prompt_keys;
+  }
+  attach_match(rec, index_.match_and_mark_demand(rec.scope, rec.tokens, rec.multimodal, keys));
   ++live_caches_;
   after_mutation();
   return id;

@@ -45,6 +45,17 @@ inline bool publishable(const CacheGroup& g) { return g.policy != ReusePolicy::k
 // public classes are handles over it).
 struct CoreAccess {
   static const ManagerCore& of(const KvCacheManager& manager) { return *manager.core_; }
+  // PromptKeys' parts (keys.cc).
+  static std::shared_ptr<const PromptKeys> make_keys(const ManagerConfig& config,
+                                                     const ReuseScope& scope,
+                                                     std::span<const int32_t> tokens,
+                                                     std::span<const MultimodalItem> multimodal,
+                                                     std::vector<BlockKey> keys);
+  // Ok when `keys` were computed for exactly this prompt on a manager of this config; the
+  // error names what differs.
+  static Status check_keys(const PromptKeys& keys, const ManagerConfig& config,
+                           const CacheOptions& options);
+  static const std::vector<BlockKey>& keys_of(const PromptKeys& keys) { return keys.keys_; }
 };
 
 class ManagerCore {

@@ -101,7 +101,7 @@ KvCache* HybridCacheManager::cache(uint64_t id) {
 }
 
 Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> prompt,
-                                       ReuseScope scope) {
+                                       ReuseScope scope, std::shared_ptr<const PromptKeys> keys) {
   if (requests_->by_id.count(id)) {
     return Status::invalid("request " + std::to_string(id) + " already exists");
   }
@@ -109,11 +109,12 @@ Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> pro
   o.scope = scope;
   o.input_tokens.assign(prompt.begin(), prompt.end());
   o.label = "request " + std::to_string(id);
+  o.prompt_keys = std::move(keys);
   Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(o);
   if (!cache) return cache.status();
   Request r;
   r.cache = std::move(cache).value();
-  r.prompt = o.input_tokens;
+  r.prompt = std::move(o.input_tokens);  // the cache holds its own copy
   r.scope = scope;
   // Demand-driven snapshots: block ends on this prompt's path where attention could have been
   // reused past the last snapshot (marked in the tree by earlier lookups, and this one).

@@ -17,12 +17,13 @@ class Matcher {
  public:
   Matcher(const StoragePlan& plan, const RadixTree& tree, BlockHasher& hasher,
           std::span<const int32_t> tokens, std::span<const MultimodalItem> multimodal,
-          uint64_t lookup, MatchPlan& mp)
+          std::span<const BlockKey> keys, uint64_t lookup, MatchPlan& mp)
       : plan_(plan),
         tree_(tree),
         hasher_(hasher),
         tokens_(tokens),
         multimodal_(multimodal),
+        keys_(keys),
         mp_(mp),
         tpb_(plan.config().tokens_per_block),
         lookup_(lookup) {}
@@ -58,6 +59,7 @@ class Matcher {
   BlockHasher& hasher_;
   std::span<const int32_t> tokens_;
   std::span<const MultimodalItem> multimodal_;
+  std::span<const BlockKey> keys_;  // computed ahead for the first full blocks
   MatchPlan& mp_;
   const uint32_t tpb_;
   const uint64_t lookup_;  // tokens looked up (the prompt less its last token)
@@ -78,7 +80,9 @@ void Matcher::walk_full_blocks() {
     size_t n = 0;
     for (; n < kBatch && pos_ + (n + 1) * tpb_ <= lookup_; ++n) {
       const uint64_t at = pos_ + n * tpb_;
-      chain = keys[n] = hasher_.key(chain, tokens_.subspan(at, tpb_), digests(at, at + tpb_));
+      chain = keys[n] = at / tpb_ < keys_.size()
+                            ? keys_[at / tpb_]
+                            : hasher_.key(chain, tokens_.subspan(at, tpb_), digests(at, at + tpb_));
       tree_.prefetch(keys[n]);
     }
     for (size_t i = 0; i < n; ++i) {
@@ -331,7 +335,8 @@ std::vector<std::pair<uint64_t, uint64_t>> Matcher::coverage_ranges(const CacheG
 
 MatchPlan PrefixIndex::match(BlockHasher& hasher, const ReuseScope& scope,
                              std::span<const int32_t> tokens,
-                             std::span<const MultimodalItem> multimodal) const {
+                             std::span<const MultimodalItem> multimodal,
+                             std::span<const BlockKey> keys) const {
   MatchPlan mp;
   ReuseMatch& m = mp.match;
   m.groups.resize(plan_.cache_groups().size());
@@ -342,7 +347,7 @@ MatchPlan PrefixIndex::match(BlockHasher& hasher, const ReuseScope& scope,
   if (!plan_.config().enable_block_reuse || lookup == 0) return mp;
   mp.root = tree_.find(hasher.root(scope));
   if (mp.root == kNoNode) return mp;
-  Matcher matcher(plan_, tree_, hasher, tokens, multimodal, lookup, mp);
+  Matcher matcher(plan_, tree_, hasher, tokens, multimodal, keys, lookup, mp);
   matcher.walk_full_blocks();
   matcher.match_tail();
   matcher.prune_and_report();
@@ -351,8 +356,9 @@ MatchPlan PrefixIndex::match(BlockHasher& hasher, const ReuseScope& scope,
 
 MatchPlan PrefixIndex::match_and_mark_demand(const ReuseScope& scope,
                                              std::span<const int32_t> tokens,
-                                             std::span<const MultimodalItem> multimodal) {
-  MatchPlan mp = match(hasher_, scope, tokens, multimodal);
+                                             std::span<const MultimodalItem> multimodal,
+                                             std::span<const BlockKey> keys) {
+  MatchPlan mp = match(hasher_, scope, tokens, multimodal, keys);
   fill_reused_pages(mp);
   // Attention could reuse more than the snapshots allowed: mark the block end where a snapshot
   // would have helped, so that requests passing it (this one first) take one there.

@@ -101,8 +101,28 @@ NodeId PrefixIndex::block_node(NodeId parent, std::span<const int32_t> tokens, u
   const BlockKey key =
       hasher_.key(tree_.node(parent).key, tokens,
                   digests_between(multimodal, begin, begin + tokens.size(), buffer));
+  return block_node_keyed(parent, key, tokens, full);
+}
+
+NodeId PrefixIndex::block_node_keyed(NodeId parent, const BlockKey& key,
+                                     std::span<const int32_t> tokens, bool full) {
   const NodeId node = tree_.find(key);
   return node != kNoNode ? node : tree_.add(parent, key, tokens, full);
+}
+
+std::vector<BlockKey> prompt_block_keys(BlockHasher& hasher, const ReuseScope& scope,
+                                        std::span<const int32_t> tokens,
+                                        std::span<const MultimodalItem> multimodal,
+                                        uint32_t tokens_per_block) {
+  std::vector<BlockKey> keys(tokens.size() / tokens_per_block);
+  std::vector<std::array<uint8_t, 32>> buffer;
+  BlockKey chain = hasher.root(scope);
+  for (size_t b = 0; b < keys.size(); ++b) {
+    const uint64_t at = b * tokens_per_block;
+    chain = keys[b] = hasher.key(chain, tokens.subspan(at, tokens_per_block),
+                                 digests_between(multimodal, at, at + tokens_per_block, buffer));
+  }
+  return keys;
 }
 
 Offer PrefixIndex::offer(NodeId node, CacheGroupId group, PageId own, uint32_t coverage) {

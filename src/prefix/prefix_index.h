@@ -59,13 +59,17 @@ class PrefixIndex final : public storage::PageOwner {
 
   // --- matching (match.cc) ---
   // What the tree can restore of `tokens`. Reads only (the hasher is the caller's).
+  // `keys`: the keys of the prompt's first full blocks, computed ahead (prompt_block_keys);
+  // blocks past them are hashed here.
   MatchPlan match(BlockHasher& hasher, const ReuseScope& scope, std::span<const int32_t> tokens,
-                  std::span<const MultimodalItem> multimodal) const;
+                  std::span<const MultimodalItem> multimodal,
+                  std::span<const BlockKey> keys = {}) const;
   // match() with the index's own hasher and the pages it reuses (MatchPlan::pages); then marks
   // the block end where attention reached past the last snapshot, so that requests passing it
   // (this one first) take a snapshot there.
   MatchPlan match_and_mark_demand(const ReuseScope& scope, std::span<const int32_t> tokens,
-                                  std::span<const MultimodalItem> multimodal);
+                                  std::span<const MultimodalItem> multimodal,
+                                  std::span<const BlockKey> keys = {});
   // Counts a lookup for `groups` (and reused pages served per tier).
   void record_lookup(const ReuseMatch& match, std::span<const CacheGroupId> groups);
   // A cache took these pages of a match (once per reference).
@@ -86,6 +90,9 @@ class PrefixIndex final : public storage::PageOwner {
   // full: tokens_per_block tokens, else a partial leaf (never rebased).
   NodeId block_node(NodeId parent, std::span<const int32_t> tokens, uint64_t begin,
                     std::span<const MultimodalItem> multimodal, bool full);
+  // The same with the block's key known (prompt_block_keys): nothing is hashed.
+  NodeId block_node_keyed(NodeId parent, const BlockKey& key, std::span<const int32_t> tokens,
+                          bool full);
   // Whether the node's KV pages were sent to the shared tier; marks them sent.
   bool shared(NodeId node) const { return tree_.node(node).shared; }
   void mark_shared(NodeId node) { tree_.node(node).shared = true; }
@@ -177,5 +184,12 @@ class PrefixIndex final : public storage::PageOwner {
 std::span<const std::array<uint8_t, 32>> digests_between(
     std::span<const MultimodalItem> items, uint64_t begin, uint64_t end,
     std::vector<std::array<uint8_t, 32>>& buffer);
+
+// The keys of every full block of `tokens` under `scope`, chained from the scope's root: what
+// match() and block_node() would compute, block by block.
+std::vector<BlockKey> prompt_block_keys(BlockHasher& hasher, const ReuseScope& scope,
+                                        std::span<const int32_t> tokens,
+                                        std::span<const MultimodalItem> multimodal,
+                                        uint32_t tokens_per_block);
 
 }  // namespace hybridkv::prefix

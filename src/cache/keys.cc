@@ -39,9 +39,10 @@ Status CoreAccess::check_keys(const PromptKeys& keys, const ManagerConfig& confi
                               const CacheOptions& options) {
   const std::string what = "prompt_keys: computed for ";
   if (keys.tokens_per_block_ != config.tokens_per_block || keys.kind_ != config.block_hash) {
+    if (keys.tokens_per_block_ == config.tokens_per_block)
+      return Status::invalid(what + "another block_hash than this manager's");
     return Status::invalid(what + "tokens_per_block " + std::to_string(keys.tokens_per_block_) +
-                           " and another block hash than this manager's " +
-                           std::to_string(config.tokens_per_block));
+                           "; this manager's is " + std::to_string(config.tokens_per_block));
   }
   if (!(keys.scope_ == options.scope)) return Status::invalid(what + "another reuse scope");
   if (keys.tokens_ != options.input_tokens.size() ||

@@ -95,6 +95,15 @@ Status check_policies(const PolicyConfig& p) {
 
 }  // namespace
 
+// This thread's hasher of a kind (probes and hash_prompt run on any thread at once; setting a
+// hasher up costs more than hashing a short prompt).
+prefix::BlockHasher& thread_hasher(BlockHash kind) {
+  thread_local std::unique_ptr<prefix::BlockHasher> hashers[2];
+  std::unique_ptr<prefix::BlockHasher>& hasher = hashers[static_cast<size_t>(kind)];
+  if (!hasher) hasher = std::make_unique<prefix::BlockHasher>(kind);
+  return *hasher;
+}
+
 KvCacheManager::KvCacheManager(std::shared_ptr<ManagerCore> core) : core_(std::move(core)) {}
 KvCacheManager::~KvCacheManager() = default;
 
@@ -130,13 +139,8 @@ Result<std::unique_ptr<KvCache>> KvCacheManager::create_kv_cache(const CacheOpti
 
 ReuseMatch KvCacheManager::probe_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
                                        std::span<const MultimodalItem> multimodal) const {
-  // One hasher per thread and hash kind: probes run at once, and setting a hasher up costs
-  // more than hashing a short prompt.
-  thread_local std::unique_ptr<prefix::BlockHasher> hashers[2];
-  const BlockHash kind = core_->plan().config().block_hash;
-  std::unique_ptr<prefix::BlockHasher>& hasher = hashers[static_cast<size_t>(kind)];
-  if (!hasher) hasher = std::make_unique<prefix::BlockHasher>(kind);
-  return core_->reads().probe(*hasher, scope, tokens, multimodal);
+  return core_->reads().probe(thread_hasher(core_->plan().config().block_hash), scope, tokens,
+                              multimodal);
 }
 
 Status KvCacheManager::resize_all(std::span<const CacheResize> resizes) {
@@ -235,13 +239,11 @@ std::vector<uint64_t> KvCacheManager::scan_non_finite(
 std::shared_ptr<const PromptKeys> KvCacheManager::hash_prompt(
     const ReuseScope& scope, std::span<const int32_t> tokens,
     std::span<const MultimodalItem> multimodal) const {
-  thread_local std::unique_ptr<prefix::BlockHasher> hashers[2];  // as probe_reuse
   const ManagerConfig& config = core_->plan().config();
-  std::unique_ptr<prefix::BlockHasher>& hasher = hashers[static_cast<size_t>(config.block_hash)];
-  if (!hasher) hasher = std::make_unique<prefix::BlockHasher>(config.block_hash);
   return cache_detail::CoreAccess::make_keys(
       config, scope, tokens, multimodal,
-      prefix::prompt_block_keys(*hasher, scope, tokens, multimodal, config.tokens_per_block));
+      prefix::prompt_block_keys(thread_hasher(config.block_hash), scope, tokens, multimodal,
+                                config.tokens_per_block));
 }
 
 uint32_t KvCacheManager::ranks() const { return core_->backend().ranks(); }

@@ -15,7 +15,7 @@ namespace cuda_detail {
 DeviceRank::~DeviceRank() {
   // A rank refused before allocating (a device that does not exist) touches no device: a failed
   // cudaSetDevice would leave an error for the next kernel launch to report.
-  if (stream == nullptr && pools.empty() && bounce == nullptr && rings[0].done == nullptr) return;
+  if (!touched) return;
   (void)cudaSetDevice(device);
   if (stream != nullptr) cudaStreamSynchronize(stream);
   for (cudaEvent_t e : spare_events) cudaEventDestroy(e);
@@ -118,6 +118,7 @@ Status CudaBackend::allocate_tier(const StoragePlan& plan, const TierPlan& tier,
 
 Status CudaBackend::allocate_rank(const StoragePlan& plan, DeviceRank& rank) {
   DeviceScope on(rank.device);
+  rank.touched = true;
   for (uint32_t t = 0; t < plan.tiers().size(); ++t) {
     const TierPlan& tier = plan.tiers()[t];
     if (tier.kind != TierKind::kDisk) {

@@ -78,7 +78,8 @@ struct PoolMemory {
 // without waiting, so the devices copy at once.
 struct DeviceRank {
   int device = 0;
-  uint32_t index = 0;                              // the rank
+  uint32_t index = 0;    // the rank
+  bool touched = false;  // allocate_rank began: this rank holds device resources
   std::unordered_map<uint64_t, PoolMemory> pools;  // by pool_key(tier, pg, pool)
   std::unique_ptr<DiskStore> disk;
   std::byte* bounce = nullptr;  // pinned staging of GPU <-> DISK copies

@@ -184,8 +184,8 @@ class HostBackend final : public MemoryBackend {
 
   std::byte* slot_bytes_at(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot,
                            uint32_t rank) const {
-    return region(tier, pg, pool, rank).bytes.get() +
-           slot * region(tier, pg, pool, rank).slot_bytes;
+    const Region& r = region(tier, pg, pool, rank);
+    return r.bytes.get() + slot * r.slot_bytes;
   }
   const Region& region(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t rank) const {
     return regions_.at(pool_key(tier, pg, pool, rank));

@@ -135,14 +135,15 @@ inline Request make_request(KvCacheManager& manager, std::vector<int32_t> tokens
 }
 
 // Commits everything computed and not yet committed.
-inline Status commit_computed(Request& r, bool is_end = false) {
+inline Status commit_computed(Request& r, bool is_end = false,
+                              SnapshotRole role = SnapshotRole::kKept) {
   // The cache learns what was computed at the next resize; commits stop at its history.
   if (r.cache->history() < r.fake.computed) {
     if (Status s = r.cache->resize(r.cache->capacity(), r.fake.computed); !s) return s;
   }
   const uint64_t from = r.cache->committed_tokens(), to = r.fake.computed;
   std::span<const int32_t> all(r.fake.tokens[0]);
-  return r.cache->commit(all.subspan(from, to - from), is_end);
+  return r.cache->commit(all.subspan(from, to - from), is_end, role);
 }
 
 // Grows the cache to `upto` tokens and computes them with the fake engine.

@@ -312,9 +312,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "a tier shared by the fleet's instances, of this many bytes, in memory "
                   "(least recently used evicted; modelled with the none backend)");
   sim->add_option("--offload", o.offload,
-                  "selective: evicted pages worth nothing to a hybrid request are dropped, not "
-                  "copied down a tier; all: every evicted page that fits below is copied; room: "
-                  "selective, but demoted pages too while the tier below has a free slot");
+                  "room: evicted pages worth nothing to a hybrid request (demoted) are copied down "
+                  "a tier only into a free slot, else dropped; selective: they are always "
+                  "dropped; all: every evicted page that fits below is copied");
   sim->add_option("--colder-copies", o.colder_copies,
                   "keep: a tree page brought up from a colder tier leaves its bytes there as a "
                   "copy (the tier's first victim), so evicting it again moves nothing; drop: "

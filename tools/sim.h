@@ -21,7 +21,7 @@ struct SimOptions {
   uint32_t pp_rank = 0;  // the pipeline rank simulated (its layers only)
   uint32_t max_batch = 64;
   uint64_t max_tokens_per_step = 8192;
-  std::string snapshot_policy = "aligned-end:512,branch,no-end";
+  std::string snapshot_policy = "aligned-end:512,branch,end";
   uint32_t spec_tokens = 0;
   std::string backend = "none";
   bool verify = false;
@@ -30,7 +30,7 @@ struct SimOptions {
   uint64_t step_ms = 10;
   uint64_t typical_len = 8192;          // shapes the split between state and attention pools
   std::string rebalance = "on";         // on: the pool groups trade slots while serving
-  std::string offload = "selective";    // selective: demoted pages are dropped, not copied down
+  std::string offload = "room";         // room: demoted pages are copied down only into free slots
   std::string colder_copies = "keep";   // keep: onboarded tree pages leave a copy below
   std::string eviction = "priced";      // or snapshot-aware, lru
   std::string snapshot_dtype = "fp32";  // or bf16, fp8 (reduced-precision snapshots)

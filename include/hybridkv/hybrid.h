@@ -77,7 +77,9 @@ struct ServingConfig {
   // The longest request the engine admits: the GPU always keeps room for one of them (a
   // constraint), also while rebalancing moves slots between pool groups.
   std::optional<uint64_t> max_seq_len;
-  PolicyConfig policies;                // eviction, offload, kept copies, rebalancing
+  // Eviction, offload, kept copies, rebalancing; offload "room": speculative snapshots (and
+  // superseded ones) go down a tier while it has a free slot.
+  PolicyConfig policies{.offload = "room"};
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype (reduced precision)
   bool record_events = false;           // ManagerConfig::record_events (tree events)
   SnapshotPolicy snapshots;
@@ -219,7 +221,8 @@ class HybridCacheManager {
   Status lookup(uint64_t request_id, Request** out);
   // Each id once, known and ACTIVE; errors name `op` and the request.
   Status check_step_ids(const char* op, std::span<const uint64_t> request_ids);
-  uint64_t next_policy_point(const Request& request, uint64_t after) const;
+  uint64_t next_policy_point(const Request& request, uint64_t after, bool kept_only = false) const;
+  SnapshotRole snapshot_role(const Request& request, uint64_t at) const;
 
   ServingConfig serving_;
   std::unique_ptr<KvCacheManager> manager_;

@@ -64,6 +64,17 @@ class PlannedDrop {
   uint64_t id_ = 0;
 };
 
+// How a commit's SSM snapshot competes for memory (DESIGN §7, issue 35).
+enum class SnapshotRole : uint8_t {
+  kKept,  // priced like every snapshot; it supersedes the snapshot above it on a path that does
+          // not fork between them
+  // At a point no request has resumed from yet and none is known to (a periodic one): published
+  // demoted, so it goes before every page that is not and is copied down a tier only into free
+  // room (offload policy "room"); it supersedes nothing. A match that resumes from it makes it
+  // kKept. Snapshots kept only while memory is not short.
+  kSpeculative,
+};
+
 enum class CacheState : uint8_t { kSuspended, kActive, kClosed };
 const char* cache_state_name(CacheState state);
 
@@ -138,7 +149,9 @@ class KvCache {
   // states there as snapshots (copied; moved with is_end, after which the cache computes nothing
   // more). Requires: ACTIVE; only computed tokens (end <= history); tokens that overlap the
   // prompt equal it. Out of pages for the copies: nothing changes.
-  [[nodiscard]] Status commit(std::span<const int32_t> tokens, bool is_end = false);
+  // `role` says how the snapshot competes for memory (SnapshotRole).
+  [[nodiscard]] Status commit(std::span<const int32_t> tokens, bool is_end = false,
+                              SnapshotRole role = SnapshotRole::kKept);
   // Publishes the KV of tokens [committed, committed + tokens.size()): full blocks only, no
   // partial tail and no SSM snapshot (issue 12: publishing KV does not wait for a snapshot
   // point; a later commit at a snapshot point adds the states). Same rules as commit().

@@ -683,7 +683,7 @@ class PlannedDrop:
 
 class PolicyConfig:
     """
-    The manager's policies, each by name (config.h): eviction ('priced', 'snapshot-aware', 'lru'), offload ('selective', 'all'), keep_colder_copies, rebalance ('off', 'pressure').
+    The manager's policies, each by name (config.h): eviction ('priced', 'snapshot-aware', 'lru'), offload ('selective', 'all', 'room'), keep_colder_copies, rebalance ('off', 'pressure').
     """
 
     @overload

@@ -112,7 +112,7 @@ void bind_configs(nb::module_& m) {
   nb::class_<PolicyConfig> policies(
       m, "PolicyConfig",
       "The manager's policies, each by name (config.h): eviction ('priced', 'snapshot-aware', "
-      "'lru'), offload ('selective', 'all'), keep_colder_copies, rebalance ('off', "
+      "'lru'), offload ('selective', 'all', 'room'), keep_colder_copies, rebalance ('off', "
       "'pressure').");
   kw_init(policies);
   policies.def_rw("eviction", &PolicyConfig::eviction)

@@ -115,7 +115,10 @@ def test_prefix_reuse_never_recomputes(family, dtype, backend):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("family", hm.SCENARIOS)
 def test_suspend_to_host_and_resume(family, dtype, backend):
-    pm = paged(family, backend, dtype, max_batch=2)
+    # "selective": the others' demoted pages are dropped, not offloaded, so that the offloads
+    # counted below are those of pages of value (request 1's among them).
+    pm = paged(family, backend, dtype, max_batch=2,
+               policies=hk.PolicyConfig(offload="selective"))
     log = hm.ForwardLog(pm)
     p = hm.prompt(40, seed=4)
     pm.add_request(1, p)
@@ -134,9 +137,11 @@ def test_suspend_to_host_and_resume(family, dtype, backend):
         moved = pm.manager.take_iteration_stats()["bytes_offloaded"]
         offloaded += moved
         offloading += moved > 0
-        # The first offloads can be the others' pages (in bf16 the first was); four requests
-        # whose serving offloaded have always been past request 1's (fp32 and bf16, measured).
-        if offloading >= 4 and rid >= 4:
+        # The first offloads can be the others' pages (in bf16 the first was). Four requests
+        # whose serving offloaded were past request 1's until periodic snapshots became
+        # speculative (2026-12-04): Kimi Linear in bf16 then needed more; twelve pass for every
+        # family (fp32 and bf16, measured; serving all 38 passes too, in twice the time).
+        if offloading >= 12 and rid >= 4:
             break
     pm.resume(1)
     # A pure SSM model's live states always fit their floor: they stay. LFM2's pages stayed on

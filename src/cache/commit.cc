@@ -45,7 +45,8 @@ Status ManagerCore::check_commit(uint32_t id, std::span<const int32_t> tokens) c
 }
 
 Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is_end,
-                           bool with_snapshot) {
+                           std::optional<SnapshotRole> role) {
+  const bool with_snapshot = role.has_value();
   std::unique_lock lock(mu_);
   if (Status s = check_commit(id, tokens); !s) return s;
   CacheRecord& rec = caches_[id];
@@ -59,18 +60,16 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   const uint64_t c = rec.committed, e = c + tokens.size();
   // What gets published: full blocks completed by this commit; with commit_min_snapshot (or
   // at the end) the partial tail; an SSM snapshot where the commit ends at history.
-  const bool tail = with_snapshot && e % tpb != 0 && (cfg.commit_min_snapshot || is_end);
-  const bool snapshot = with_snapshot && e == rec.history && (e % tpb == 0 || tail);
-  // Fresh GPU pages needed for copies (a commit at the end moves instead of copying).
-  std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
-  for (const CacheGroup& g : plan_.cache_groups()) {
-    if (!publishable(g)) continue;
-    const bool ssm = g.kind == GroupKind::kSsm;
-    if (is_end && !(ssm && g.snapshot_pool_group)) continue;  // reduced precision: a copy
-    if (ssm ? snapshot : tail) need[g.page_pool_group(ssm).value] += 1;
-  }
+  bool tail = with_snapshot && e % tpb != 0 && (cfg.commit_min_snapshot || is_end);
+  bool snapshot = with_snapshot && e == rec.history && (e % tpb == 0 || tail);
+  std::vector<uint64_t> need = commit_pages(is_end, tail, snapshot);
   if (Status s = check_room("commit", need); !s)
     return Status(s.code(), label(id) + ": " + s.message());
+  // A speculative snapshot is taken only where making room for it evicts nothing of value.
+  if (role == SnapshotRole::kSpeculative && snapshot && !room_without_loss(need)) {
+    tail = snapshot = false;
+    need.assign(need.size(), 0);
+  }
   if (rec.tokens.size() < e)
     rec.tokens.insert(rec.tokens.end(),
                       tokens.begin() + static_cast<int64_t>(rec.tokens.size() - c), tokens.end());
@@ -88,7 +87,7 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   const NodeId end_node =
       tail ? commit_tail(rec, e, is_end) : (e % tpb == 0 ? rec.commit_parent : kNoNode);
   const bool snapshots = snapshot && end_node != kNoNode && index_.node_tokens(end_node) > 0;
-  if (snapshots) commit_snapshots(rec, end_node, is_end);
+  if (snapshots) commit_snapshots(rec, end_node, is_end, *role);
   rec.committed = e;
   // The commit that covers the step ends the scratch slots' use.
   if (rec.scratch_boundary != 0 && e >= rec.scratch_boundary) release_scratch(rec);
@@ -97,6 +96,35 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   if (is_end) (void)stop_committing_locked(id);
   after_mutation();
   return Status::ok();
+}
+
+// Fresh GPU pages a commit needs, per pool group: the tail's and the snapshots' copies (a commit
+// at the end moves instead of copying, except into a reduced-precision snapshot).
+std::vector<uint64_t> ManagerCore::commit_pages(bool is_end, bool tail, bool snapshot) const {
+  std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (!publishable(g)) continue;
+    const bool ssm = g.kind == GroupKind::kSsm;
+    if (is_end && !(ssm && g.snapshot_pool_group)) continue;
+    if (ssm ? snapshot : tail) need[g.page_pool_group(ssm).value] += 1;
+  }
+  return need;
+}
+
+// Whether the GPU has room for `need` without losing a page that is not demoted: the first
+// eviction each needs frees a slot, goes back to a kept copy, or moves down into a free slot or
+// a demoted page's. (Only the first eviction per pool group is judged: commits need one.)
+bool ManagerCore::room_without_loss(std::span<const uint64_t> need) const {
+  using Action = storage::Eviction::Action;
+  for (uint32_t pg = 0; pg < need.size(); ++pg) {
+    if (need[pg] == 0) continue;
+    std::optional<storage::Eviction> e =
+        storage_.next_eviction(kGpuTier, PoolGroupId(pg), need[pg]);
+    while (e && e->counted && e->action == Action::kMoveDown)
+      e = storage_.next_eviction(e->below, PoolGroupId(pg), 1);
+    if (e && e->counted && e->action == Action::kDrop) return false;
+  }
+  return true;
 }
 
 // A full block: offered for every publishable attention group; where the tree already holds an
@@ -162,7 +190,8 @@ NodeId ManagerCore::commit_tail(CacheRecord& rec, uint64_t end, bool is_end) {
 
 // SSM snapshots at the commit's end: copies, or with is_end the states themselves (the request
 // computes nothing more).
-void ManagerCore::commit_snapshots(CacheRecord& rec, NodeId node, bool is_end) {
+void ManagerCore::commit_snapshots(CacheRecord& rec, NodeId node, bool is_end, SnapshotRole role) {
+  const bool speculative = role == SnapshotRole::kSpeculative;
   const uint32_t coverage = index_.node_tokens(node);
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (!publishable(g) || g.kind != GroupKind::kSsm) continue;
@@ -173,10 +202,10 @@ void ManagerCore::commit_snapshots(CacheRecord& rec, NodeId node, bool is_end) {
     if (!is_end || g.snapshot_pool_group) {
       const PageId copy = storage_.allocate(g.id, kGpuTier, storage::kDefaultPriority, true);
       storage_.copy_page(own, copy);
-      index_.publish(node, g.id, copy, coverage);
+      index_.publish(node, g.id, copy, coverage, speculative);
       continue;
     }
-    index_.publish(node, g.id, own, coverage);
+    index_.publish(node, g.id, own, coverage, speculative);
     for (PageId& entry : gs.pages) {
       if (entry == own) entry = kNoPage;
     }

@@ -51,11 +51,11 @@ Status KvCache::resize(uint64_t capacity, uint64_t history) {
   return core_->resize(id_, capacity, history);
 }
 Status KvCache::close() { return core_->close(id_); }
-Status KvCache::commit(std::span<const int32_t> tokens, bool is_end) {
-  return core_->commit(id_, tokens, is_end);
+Status KvCache::commit(std::span<const int32_t> tokens, bool is_end, SnapshotRole role) {
+  return core_->commit(id_, tokens, is_end, role);
 }
 Status KvCache::commit_kv(std::span<const int32_t> tokens) {
-  return core_->commit(id_, tokens, false, /*snapshot=*/false);
+  return core_->commit(id_, tokens, false, std::nullopt);
 }
 Status KvCache::stop_committing() { return core_->stop_committing(id_); }
 Result<PlannedDrop> KvCache::plan_snapshot_drop() {

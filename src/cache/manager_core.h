@@ -82,7 +82,9 @@ class ManagerCore {
   // Several resizes as one operation: all succeed, or none changes anything.
   Status resize_all(std::span<const ResizeCall> calls);
   // snapshot false: full blocks only (no partial tail, no SSM state).
-  Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end, bool snapshot = true);
+  // `snapshot`: nullopt publishes KV only (KvCache::commit_kv).
+  Status commit(uint32_t id, std::span<const int32_t> tokens, bool is_end,
+                std::optional<SnapshotRole> snapshot);
   Status stop_committing(uint32_t id);
   // A planned drop's id (never reused), and its release (kNotFound once released).
   Result<uint64_t> plan_snapshot_drop(uint32_t id);
@@ -209,7 +211,9 @@ class ManagerCore {
   Status check_commit(uint32_t id, std::span<const int32_t> tokens) const;
   void commit_full_block(CacheRecord& rec, uint64_t block);
   prefix::NodeId commit_tail(CacheRecord& rec, uint64_t end, bool is_end);
-  void commit_snapshots(CacheRecord& rec, prefix::NodeId node, bool is_end);
+  void commit_snapshots(CacheRecord& rec, prefix::NodeId node, bool is_end, SnapshotRole role);
+  std::vector<uint64_t> commit_pages(bool is_end, bool tail, bool snapshot) const;
+  bool room_without_loss(std::span<const uint64_t> need) const;
   void move_commit_parent(CacheRecord& rec, prefix::NodeId next);
   Status stop_committing_locked(uint32_t id);
 

@@ -28,7 +28,8 @@ std::optional<std::vector<uint64_t>> MemoryControl::rebalance_target(storage::Ti
     pools.push_back({pg.id, c.total, pg.slot_bytes, c.free,
                      tp.kind == TierKind::kGpu ? pg.floor_slots : 0,
                      core_.storage_.pressure_age(t, pg.id), core_.storage_.victims(t, pg.id),
-                     core_.storage_.ever_full(t, pg.id), rebalanced_[pg.id.value]});
+                     core_.storage_.wants(t, pg.id), core_.storage_.ever_full(t, pg.id),
+                     rebalanced_[pg.id.value]});
   }
   return rebalancer_->target(quotas_[t.value], pools);
 }

@@ -30,6 +30,7 @@ struct PoolPressure {
   uint64_t floor = 0;      // the fewest slots it may keep (GPU: what the constraints need)
   uint64_t age = 0;        // Storage::pressure_age: how long its next victim of value waited
   uint64_t victims = 0;    // evictions of pages of value since the last step
+  uint64_t wants = 0;      // Storage::wants: pages dropped above for want of a free slot here
   bool ever_full = false;  // it ever evicted a page of value (Storage::ever_full)
   bool traded = false;     // it may trade slots (shared KV and snapshot pool groups)
 };

@@ -203,15 +203,16 @@ Status HybridCacheManager::free_request(uint64_t id) {
 
 // The first snapshot point of the policy after token `after`, or UINT64_MAX (the end of the
 // prompt is not included: callers treat it by final_prompt_boundary). The one place the policy
-// is evaluated.
-uint64_t HybridCacheManager::next_policy_point(const Request& r, uint64_t after) const {
+// is evaluated; `kept_only` leaves out the speculative points (periodic ones).
+uint64_t HybridCacheManager::next_policy_point(const Request& r, uint64_t after,
+                                               bool kept_only) const {
   const SnapshotPolicy& p = serving_.snapshots;
   const uint64_t prompt = r.prompt.size();
   uint64_t next = UINT64_MAX;
   auto consider = [&](uint64_t point) {
     if (point > after && point < next) next = point;
   };
-  if (p.periodic_interval && *p.periodic_interval > 0)
+  if (!kept_only && p.periodic_interval && *p.periodic_interval > 0)
     consider((after / *p.periodic_interval + 1) * *p.periodic_interval);
   if (p.aligned_end && *p.aligned_end > 0) consider(prompt / *p.aligned_end * *p.aligned_end);
   for (uint64_t o : p.offsets_from_start) consider(o);
@@ -246,7 +247,23 @@ Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
                      next_policy_point(*r, history - 1) == history;
   const std::span<const int32_t> prompt(r->prompt);
   const std::span<const int32_t> tokens = prompt.subspan(committed, history - committed);
-  return point ? r->cache->commit(tokens) : r->cache->commit_kv(tokens);
+  if (!point) return r->cache->commit_kv(tokens);
+  return r->cache->commit(tokens, false, snapshot_role(*r, history));
+}
+
+// Speculative (SnapshotRole): a periodic point that no other rule of the policy places, and the
+// end of a prompt that aligned_end placed a point inside of (the end is then the second guess
+// of where a continuation's match ends: kept while memory is not short).
+SnapshotRole HybridCacheManager::snapshot_role(const Request& r, uint64_t at) const {
+  const SnapshotPolicy& p = serving_.snapshots;
+  const uint64_t prompt = r.prompt.size();
+  if (at == prompt) {
+    const uint64_t aligned =
+        p.aligned_end && *p.aligned_end > 0 ? prompt / *p.aligned_end * *p.aligned_end : 0;
+    return aligned > 0 && aligned < prompt ? SnapshotRole::kSpeculative : SnapshotRole::kKept;
+  }
+  return next_policy_point(r, at - 1, /*kept_only=*/true) == at ? SnapshotRole::kKept
+                                                                : SnapshotRole::kSpeculative;
 }
 
 Status HybridCacheManager::commit_answer(uint64_t id, std::span<const int32_t> generated) {

@@ -139,7 +139,8 @@ Offer PrefixIndex::offer(NodeId node, CacheGroupId group, PageId own, uint32_t c
   return {OfferResult::kKept, kNoPage};
 }
 
-void PrefixIndex::publish(NodeId node, CacheGroupId group, PageId page, uint32_t coverage) {
+void PrefixIndex::publish(NodeId node, CacheGroupId group, PageId page, uint32_t coverage,
+                          bool speculative) {
   NodePage& np = tree_.pages(node)[group.value];
   HKV_CHECK(np.page == kNoPage, "publishing over an existing tree page");
   HKV_CHECK(plan_.cache_group(group).policy != ReusePolicy::kPrivate,
@@ -151,7 +152,7 @@ void PrefixIndex::publish(NodeId node, CacheGroupId group, PageId page, uint32_t
     ++stats_.groups[group.value].snapshots_stored;
     tree_.node(node).snapshot_dropped = false;
   }
-  note_published(node, group, page);
+  note_published(node, group, page, speculative);
   emit(CacheEventKind::kStored, node, group);
 }
 
@@ -267,8 +268,9 @@ void PrefixIndex::push_event(CacheEvent e, NodeId node, CacheGroupId group) {
 void PrefixIndex::forget(NodeId node, CacheGroupId group) {
   emit(CacheEventKind::kRemoved, node, group);
   note_removed(node, group);
+  const bool speculative = tree_.pages(node)[group.value].speculative;
   tree_.pages(node)[group.value] = NodePage{};
-  note_unpublished(node, group);
+  note_unpublished(node, group, speculative);
 }
 
 void PrefixIndex::unpublish(NodeId node, CacheGroupId group) {

@@ -101,7 +101,9 @@ class PrefixIndex final : public storage::PageOwner {
   // Offers a cache's page for a block (deduplication: see OfferResult).
   Offer offer(NodeId node, CacheGroupId group, storage::PageId own, uint32_t coverage);
   // The index keeps `page` for (node, group). Requires: the node holds no page of the group.
-  void publish(NodeId node, CacheGroupId group, storage::PageId page, uint32_t coverage);
+  // `speculative`: an SSM snapshot published as SnapshotRole::kSpeculative.
+  void publish(NodeId node, CacheGroupId group, storage::PageId page, uint32_t coverage,
+               bool speculative = false);
   bool holds(NodeId node, CacheGroupId group) const;
   // A cache commits under `node`: it stays while pinned; unpin prunes it when it became empty.
   void pin(NodeId node);
@@ -136,8 +138,8 @@ class PrefixIndex final : public storage::PageOwner {
  private:
   // --- snapshot-aware eviction (worth.cc) ---
   static std::optional<CacheGroupId> find_resume_group(const StoragePlan& plan);
-  void note_published(NodeId node, CacheGroupId group, storage::PageId page);
-  void note_unpublished(NodeId node, CacheGroupId group);
+  void note_published(NodeId node, CacheGroupId group, storage::PageId page, bool speculative);
+  void note_unpublished(NodeId node, CacheGroupId group, bool speculative);
   void note_served(storage::PageId page);
   static double snapshot_tokens(const StoragePlan& plan, CacheGroupId group);
   void price_snapshot(NodeId node, storage::PageId page);

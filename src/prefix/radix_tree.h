@@ -28,6 +28,7 @@ struct NodePage {
   storage::PageId page = storage::kNoPage;
   uint32_t coverage = 0;       // tokens of the node valid in the page
   uint32_t planned_drops = 0;  // caches that plan to release this snapshot / window page
+  bool speculative = false;    // a snapshot published as SnapshotRole::kSpeculative, not yet served
 };
 
 struct Node {

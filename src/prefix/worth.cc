@@ -10,6 +10,8 @@
 //    (drop_orphaned_kv): no match reaches them until a request computes the block again;
 //  - a snapshot superseded by a deeper one on a path that does not fork between them is demoted;
 //    it is promoted again when a match resumes from it or the deeper one goes;
+//  - a speculative snapshot (SnapshotRole::kSpeculative: a periodic point) is demoted from the
+//    start and supersedes nothing; a match that resumes from it makes it an ordinary one;
 //  - with an eviction policy that reads prices ("priced"), a snapshot ages as fast as it is cheap:
 //  tokens of
 //    recompute saved per byte (price_snapshot), and the KV run above it ages with it: the two
@@ -111,9 +113,14 @@ void PrefixIndex::carry_count(NodeId id, int delta, uint32_t Node::*count, Cross
   }
 }
 
-void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page) {
+void PrefixIndex::note_published(NodeId node, CacheGroupId group, PageId page, bool speculative) {
   if (!resume_group_) return;
-  if (group == *resume_group_) {
+  if (group == *resume_group_ && speculative) {
+    // Demoted from the start, superseding nothing; priced when a match resumes from it.
+    tree_.pages(node)[group.value].speculative = true;
+    storage_.set_demoted(page, true);
+    count_resumable(node, +1);
+  } else if (group == *resume_group_) {
     price_snapshot(node, page);
     count_resumable(node, +1);
     mark_superseded(node, true);
@@ -163,11 +170,11 @@ void PrefixIndex::drop_orphaned_kv(NodeId node, CacheGroupId group) {
   }
 }
 
-void PrefixIndex::note_unpublished(NodeId node, CacheGroupId group) {
+void PrefixIndex::note_unpublished(NodeId node, CacheGroupId group, bool speculative) {
   if (!resume_group_) return;
   if (group == *resume_group_) {
     count_resumable(node, -1);
-    mark_superseded(node, false);
+    if (!speculative) mark_superseded(node, false);
   } else if (plan_.cache_group(group).kind == GroupKind::kAttention) {
     count_kv(node, -1);
   }
@@ -178,7 +185,13 @@ void PrefixIndex::note_served(PageId page) {
   const storage::Page& p = storage_.page(page);
   if (!resume_group_ || p.group != *resume_group_) return;
   if (p.demoted) storage_.set_demoted(page, false);
-  price_snapshot(NodeId(p.owner), page);
+  const NodeId node(p.owner);
+  NodePage& np = tree_.pages(node)[p.group.value];
+  if (np.speculative) {  // served: a snapshot like any other from now on
+    np.speculative = false;
+    mark_superseded(node, true);
+  }
+  price_snapshot(node, page);
 }
 
 // (De)motes the KV pages of every node whose verdict changed.
@@ -216,12 +229,14 @@ std::string PrefixIndex::check_counts() const {
   return err;
 }
 
-// The nearest snapshot above `id` on a path with no fork between them (kNoNode if none).
+// The nearest kept (not speculative) snapshot above `id` on a path with no fork between them
+// (kNoNode if none).
 NodeId PrefixIndex::superseded_by(NodeId id) const {
   for (NodeId at = tree_.node(id).parent; at != kNoNode; at = tree_.node(at).parent) {
     const Node& n = tree_.node(at);
     if (n.children.size() != 1) return kNoNode;
-    if (tree_.pages(at)[resume_group_->value].page != kNoPage) return at;
+    const NodePage& np = tree_.pages(at)[resume_group_->value];
+    if (np.page != kNoPage && !np.speculative) return at;
   }
   return kNoNode;
 }

@@ -55,7 +55,7 @@ uint64_t Storage::pressure_age(TierIndex tier, PoolGroupId pg) const {
 }
 
 void Storage::reset_victims(TierIndex tier) {
-  for (PoolSlots& s : tiers_[tier.value].pools) s.victims = 0;
+  for (PoolSlots& s : tiers_[tier.value].pools) s.victims = s.wants = 0;
 }
 
 }  // namespace hybridkv::storage

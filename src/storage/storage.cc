@@ -110,6 +110,9 @@ std::optional<Eviction> Storage::next_eviction(TierIndex tier, PoolGroupId pg, u
   } else if (below && worth_moving(v, *below)) {
     e.action = Eviction::Action::kMoveDown;
     e.below = *below;
+  } else if (below && offload_->admit(v, {1, slots(*below, v.pool_group).total})) {
+    e.short_below = true;
+    e.below = *below;
   }
   return e;
 }
@@ -120,6 +123,7 @@ void Storage::evict(const Eviction& e) {
     ++s.victims;
     s.ever_full = true;
   }
+  if (e.short_below) ++slots(e.below, page(e.victim).pool_group).wants;
   switch (e.action) {
     case Eviction::Action::kReleaseCopy:
       release_copy(e.victim);

@@ -57,8 +57,11 @@ struct Eviction {
   PageId victim;
   Action action = Action::kDrop;
   TierIndex tier;
-  TierIndex below;       // kMoveDown only
+  TierIndex below;       // kMoveDown, and kDrop with short_below
   bool counted = false;  // the victim was not demoted: counts as pressure (Storage::victims)
+  // Dropped only for want of a free slot below (the offload policy admits it where there is
+  // one): counts as a want on that pool group below (Storage::wants).
+  bool short_below = false;
 };
 
 // Pages of one operation's own caches that sit in queues, per [tier][pool group]: they will be
@@ -106,6 +109,9 @@ class Storage {
   uint64_t pressure_age(TierIndex tier, PoolGroupId pg) const;
   // Evictions of pages that were not demoted on (tier, pg) since the last reset_victims.
   uint64_t victims(TierIndex tier, PoolGroupId pg) const { return slots(tier, pg).victims; }
+  // Pages dropped above since the last reset_victims that the offload policy would have copied
+  // to (tier, pg) had it a free slot: room that slots no other pool group ever needed could buy.
+  uint64_t wants(TierIndex tier, PoolGroupId pg) const { return slots(tier, pg).wants; }
   // Whether (tier, pg) ever evicted a page that was not demoted to make room: whether its slots
   // were ever all needed.
   bool ever_full(TierIndex tier, PoolGroupId pg) const { return slots(tier, pg).ever_full; }
@@ -204,6 +210,7 @@ class Storage {
     CopyEvent untouched_use;          // what a slot not yet touched waits for (a regrown one)
     CopyEvent retired;                // the last copy that touched a slot since retired
     uint64_t victims = 0;             // see Storage::victims
+    uint64_t wants = 0;               // see Storage::wants
     bool ever_full = false;           // see Storage::ever_full
     uint64_t copies = 0;              // kept copies: room nothing else needed
     std::unique_ptr<EvictionQueue> held;

@@ -37,7 +37,7 @@ class PagedModel:
 
     def __init__(self, model, *, tokens_per_block=16, gpu_bytes=256 << 20, host_bytes=512 << 20,
                  snapshots=None, max_batch=4, num_spec_tokens=0, snapshot_dtype=None,
-                 backend=hk.BackendKind.HOST, device=0):
+                 backend=hk.BackendKind.HOST, device=0, policies=None):
         self.model = model.eval()
         name = _DTYPE_NAMES[next(model.parameters()).dtype]
         self.description = hk.read_model_config(model.config, kv_dtype=name, conv_dtype=name)
@@ -49,6 +49,8 @@ class PagedModel:
             snapshots=snapshots or hk.SnapshotPolicy(periodic_interval=tokens_per_block))
         if snapshot_dtype is not None:
             serving.snapshot_dtype = snapshot_dtype
+        if policies is not None:
+            serving.policies = policies
         self.serving = serving
         self.manager = hk.HybridCacheManager(self.description, serving, backend, device)
         self.tokens_per_block = tokens_per_block

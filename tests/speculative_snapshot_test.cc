@@ -180,3 +180,48 @@ TEST(SpeculativeHybrid, PeriodicAndSecondGuessEndPointsAreSpeculative) {
 
 }  // namespace
 }  // namespace hybridkv
+
+namespace hybridkv {
+namespace {
+
+// States inside a step: the kernel writes the state at 32 and 64 into reserved pages while the
+// chunk runs to 96; commits at 32 and 64 publish them; a prompt that leaves the path after 70
+// tokens resumes from the state at 64, and its bytes are those of 64 tokens. (A window of 128
+// tokens: with 48, the window KV a match at 64 needs left the window inside the chunk.)
+TEST_F(Speculative, ReservedStatesBecomeSnapshotsInsideOneChunk) {
+  LifecycleModel model;
+  model.window = 128;
+  m_ = make_manager(model);
+  testing::FakeEngine engine(*m_);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  Request a = make_request(*m_, tokens, 96);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(a.cache->resize(96, 0));
+  const std::vector<uint64_t> want{32, 64};
+  Result<std::vector<uint64_t>> got = a.cache->reserve_states(want);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  EXPECT_EQ(*got, want);
+  const std::vector<int32_t> slots = *a.cache->reserved_state_slots(kSsm);
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(testing::check_invariants(*m_), "");
+  engine.write_states_at(*a.cache, a.fake, kSsm, want, slots);
+  ASSERT_OK(advance(engine, a, 96));
+  ASSERT_OK(a.cache->resize(96, 96));
+  std::span<const int32_t> all(a.fake.tokens[0]);
+  ASSERT_OK(a.cache->commit(all.subspan(0, 32), false, SnapshotRole::kSpeculative));
+  ASSERT_OK(a.cache->commit(all.subspan(32, 32), false, SnapshotRole::kSpeculative));
+  ASSERT_OK(a.cache->commit(all.subspan(64, 32)));
+  EXPECT_EQ(demoted_snapshots(*m_), (V{{32, true}, {64, true}, {96, false}}));
+  EXPECT_EQ(testing::check_invariants(*m_), "");
+  std::vector<int32_t> other(tokens.begin(), tokens.begin() + 70);
+  other.resize(90, 7);
+  Request b = make_request(*m_, other, 90);
+  EXPECT_EQ(b.cache->reuse_match().reused_tokens, 64u);
+  ASSERT_OK(b.cache->resume({}));
+  ASSERT_OK(engine.verify(*b.cache, b.fake));
+  ASSERT_OK(a.cache->close());
+  EXPECT_EQ(testing::check_invariants(*m_), "");
+}
+
+}  // namespace
+}  // namespace hybridkv

@@ -59,11 +59,13 @@ Result<SnapshotPolicy> parse_policy(const std::string& text) {
       p.final_prompt_boundary = false;
     } else if (item == "answer") {
       p.answer_end = true;
+    } else if (item == "chunk") {
+      p.chunk_states = true;
     } else {
       return Status::invalid(
           "--snapshot-policy: '" + item +
-          "' is not periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, branch "
-          "or demand");
+          "' is not periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, branch, "
+          "demand or chunk");
     }
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -276,7 +278,8 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option(
       "--snapshot-policy", o.snapshot_policy,
       "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, "
-      "branch, demand");
+      "branch, demand, chunk (the kernel writes the states of periodic points inside a "
+      "prefill chunk: they end no chunk)");
   sim->add_option("--spec-tokens", o.spec_tokens, "speculative tokens (replay buffers)");
   sim->add_option("--backend", o.backend,
                   "none (metadata only, any scale), host (real bytes in host memory) or cuda "

@@ -21,7 +21,7 @@ struct SimOptions {
   uint32_t pp_rank = 0;  // the pipeline rank simulated (its layers only)
   uint32_t max_batch = 64;
   uint64_t max_tokens_per_step = 8192;
-  std::string snapshot_policy = "aligned-end:512,branch,end";
+  std::string snapshot_policy = "periodic:512,aligned-end:512,branch,end,chunk";
   uint32_t spec_tokens = 0;
   std::string backend = "none";
   bool verify = false;

@@ -280,9 +280,13 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
   if (prefill && budget == 0) return true;
   uint64_t upto = history + 1;
   if (prefill) upto = std::min(*h_.next_snapshot_point(r.index), history + budget);
+  // The kernel writes states inside the chunk: history advances after the step, as with an
+  // engine (without one the sim advances it with the capacity).
+  const bool chunk_states = prefill && h_.serving().snapshots.chunk_states;
+  const bool after_step = engine_ || chunk_states;
   for (;;) {
     const Status s =
-        timed(kOpResize, [&] { return h_.resize(r.index, upto, engine_ ? history : upto); });
+        timed(kOpResize, [&] { return h_.resize(r.index, upto, after_step ? history : upto); });
     if (s.is_ok()) break;
     if (s.code() != StatusCode::kOutOfPages) {
       c_.error = "resize: " + s.to_string();
@@ -309,10 +313,21 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
     }
   }
   if (prefill) budget -= upto - history;
-  if (engine_) {
-    check(engine_->write_step(cache, r.fake, upto), "step");
-    check(timed(kOpResize, [&] { return h_.resize(r.index, upto, upto); }), "resize");
+  std::vector<ChunkState> states;
+  if (chunk_states) {
+    Result<std::vector<ChunkState>> reserved =
+        timed(kOpResize, [&] { return h_.reserve_chunk_states(r.index, upto); });
+    check(reserved.status(), "reserve chunk states");
+    states = std::move(reserved).value();
   }
+  if (engine_) {
+    std::vector<uint64_t> points;
+    std::vector<int32_t> slots;
+    for (const ChunkState& s : states) points.push_back(s.point), slots.push_back(s.state_index);
+    if (!states.empty()) engine_->write_states_at(cache, r.fake, *h_.state_group(), points, slots);
+    check(engine_->write_step(cache, r.fake, upto), "step");
+  }
+  if (after_step) check(timed(kOpResize, [&] { return h_.resize(r.index, upto, upto); }), "resize");
   if (upto > r.high_water) {
     r.high_water = upto;
     progressed_ = true;

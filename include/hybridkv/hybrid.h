@@ -53,6 +53,15 @@ struct SnapshotPolicy {
   // both) are committed with a snapshot there: the engine calls commit_answer() before
   // free_request().
   bool answer_end = false;
+  // The engine's kernel writes the state at periodic points inside a prefill chunk
+  // (reserve_chunk_states): they no longer end chunks, and each becomes a speculative snapshot.
+  bool chunk_states = false;
+};
+
+// A state the kernel writes inside the coming prefill chunk (reserve_chunk_states).
+struct ChunkState {
+  uint64_t point = 0;       // the state after this many tokens of the prompt
+  int32_t state_index = 0;  // the GPU slot of the state group's pages to write it into
 };
 
 struct ServingConfig {
@@ -151,6 +160,11 @@ class HybridCacheManager {
   // snapshot point, else the KV of its full blocks only (KV is published whether or not a
   // snapshot is taken; the policy decides only where states are copied).
   Status commit_at_snapshot(uint64_t request_id);
+  // With SnapshotPolicy::chunk_states: reserves the states of the policy's periodic points
+  // inside the prefill chunk that ends at `upto` (after resize, before the step), as many as
+  // cost no page of value (KvCache::reserve_states); the kernel writes each after its point's
+  // tokens, and commit_at_snapshot publishes them as speculative snapshots. Empty otherwise.
+  Result<std::vector<ChunkState>> reserve_chunk_states(uint64_t request_id, uint64_t upto);
   // Commits the rest of the prompt and the generated tokens the cache has computed
   // ([committed, history) of prompt + generated), with the SSM states at history: the point a
   // chat's next turn resumes from. Requires: the prompt computed (kFailedPrecondition) and

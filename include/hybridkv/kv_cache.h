@@ -157,6 +157,23 @@ class KvCache {
   // point; a later commit at a snapshot point adds the states). Same rules as commit().
   [[nodiscard]] Status commit_kv(std::span<const int32_t> tokens);
   uint64_t committed_tokens() const;
+
+  // --- States inside a step (issue 35) ---
+  // A kernel that computes the recurrent state at points inside a prefill chunk (a chunked scan
+  // has it at every chunk boundary) can hand those states to snapshot commits, so that a
+  // snapshot point need not end a chunk. reserve_states() takes one GPU page per publishable
+  // SSM group and point, LOCKED for this cache (earlier reservations are released first);
+  // reserved_state_slots(group) lists their slots in point order, where the kernel writes the
+  // state after that many tokens (the live state's layout); a commit that ends at a reserved
+  // point publishes that state as the snapshot there. Points: multiples of tokens_per_block,
+  // increasing, in (history, capacity]; beam width 1. kSpeculative reserves the first points
+  // whose pages cost no page of value and leaves out the rest; kKept reserves all or fails
+  // (kOutOfPages) changing nothing. Returns the points reserved. A commit releases the
+  // reservations at or below its end; suspend and close release all. The slots are valid until
+  // the next reserve_states, commit, suspend or close of this cache, or the manager's adjust().
+  Result<std::vector<uint64_t>> reserve_states(std::span<const uint64_t> points,
+                                               SnapshotRole role = SnapshotRole::kSpeculative);
+  Result<std::vector<int32_t>> reserved_state_slots(CacheGroupId group) const;
   // No further commits; the cache's place in the tree is no longer pinned.
   [[nodiscard]] Status stop_committing();
   // Plans to release, later, the SSM snapshots at the last commit's endpoint and every page of

@@ -1018,6 +1018,12 @@ class SnapshotPolicy:
     @answer_end.setter
     def answer_end(self, arg: bool, /) -> None: ...
 
+    @property
+    def chunk_states(self) -> bool: ...
+
+    @chunk_states.setter
+    def chunk_states(self, arg: bool, /) -> None: ...
+
 class SsmLayerConfig:
     """A recurrent layer's state buffers."""
 

@@ -107,7 +107,8 @@ void bind_configs(nb::module_& m) {
       .def_rw("final_prompt_boundary", &SnapshotPolicy::final_prompt_boundary)
       .def_rw("branch_point", &SnapshotPolicy::branch_point)
       .def_rw("demand_driven", &SnapshotPolicy::demand_driven)
-      .def_rw("answer_end", &SnapshotPolicy::answer_end);
+      .def_rw("answer_end", &SnapshotPolicy::answer_end)
+      .def_rw("chunk_states", &SnapshotPolicy::chunk_states);
 
   nb::class_<PolicyConfig> policies(
       m, "PolicyConfig",

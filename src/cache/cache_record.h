@@ -39,6 +39,9 @@ struct GroupState {
   // group's layers for blocks scratch_blocks, which have no page of their own.
   std::vector<PageId> scratch;
   BlockRange scratch_blocks;
+  // SSM groups: the states a kernel writes inside the step (KvCache::reserve_states), by the
+  // record's reserved_points: LOCKED, only while ACTIVE (kNoPage once a commit took it).
+  std::vector<PageId> reserved;
   // Reuse: the page in the last block (attention) or the state (SSM) is a tree page that the
   // first resume copies into a private page before anything writes it.
   bool copy_pending = false;
@@ -63,8 +66,9 @@ struct CacheRecord {
   std::vector<MultimodalItem> multimodal;
   ReuseMatch match;  // what create() matched
   bool first_resume_done = false;
-  bool committing = true;         // until stop_committing() or an is_end commit
-  bool scratch_on = false;        // SWA scratch for this request (CacheOptions::swa_scratch)
+  bool committing = true;   // until stop_committing() or an is_end commit
+  bool scratch_on = false;  // SWA scratch for this request (CacheOptions::swa_scratch)
+  std::vector<uint64_t> reserved_points;  // KvCache::reserve_states, increasing
   uint64_t scratch_boundary = 0;  // capacity - max_rewind_len of the step with scratch (0: none)
   uint64_t committed = 0;         // tokens published (or reused) so far
   // Full node the next block hangs under; pinned while set.

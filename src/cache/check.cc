@@ -46,6 +46,11 @@ std::string ManagerCore::check_locked() const {
         if (!rec.active()) err = label(id) + " keeps scratch pages while not ACTIVE";
         ++refs[pid.value].first;
       }
+      for (PageId pid : gs.reserved) {  // states inside a step: LOCKED, only while ACTIVE
+        if (pid == kNoPage) continue;
+        if (!rec.active()) err = label(id) + " keeps reserved states while not ACTIVE";
+        ++refs[pid.value].first;
+      }
       for (PageId pid : gs.held) {  // window pages waiting for their commit: always HELD
         if (pid == kNoPage) continue;
         if (!storage_.page(pid).live) err = label(id) + " holds a dead window page";

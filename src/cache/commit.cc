@@ -23,11 +23,13 @@ Status ManagerCore::check_commit(uint32_t id, std::span<const int32_t> tokens) c
   // DESIGN §5: a commit starts or ends at history; with commit_min_snapshot it ends there (a
   // snapshot is exact only at history). Starting at history commits tokens the current step
   // computes (they must fit in the capacity).
-  if (plan_.config().commit_min_snapshot && e != h && !tokens.empty()) {
+  // A commit that ends at a reserved state (reserve_states) ends where a snapshot is exact.
+  const bool reserved = reserved_at(rec, e).has_value();
+  if (plan_.config().commit_min_snapshot && e != h && !tokens.empty() && !reserved) {
     return Status::invalid(label(id) + ": " + range +
                            ": with commit_min_snapshot a commit must end at history");
   }
-  if (e != h && c != h && !tokens.empty()) {
+  if (e != h && c != h && !tokens.empty() && !reserved) {
     return Status::invalid(label(id) + ": " + range + ": a commit must start or end at history");
   }
   if (e > rec.capacity) {
@@ -60,9 +62,12 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   const uint64_t c = rec.committed, e = c + tokens.size();
   // What gets published: full blocks completed by this commit; with commit_min_snapshot (or
   // at the end) the partial tail; an SSM snapshot where the commit ends at history.
+  // A state the kernel wrote at e (reserve_states) is published as it is; at history the live
+  // state serves.
+  const std::optional<size_t> reserved = e < rec.history ? reserved_at(rec, e) : std::nullopt;
   bool tail = with_snapshot && e % tpb != 0 && (cfg.commit_min_snapshot || is_end);
-  bool snapshot = with_snapshot && e == rec.history && (e % tpb == 0 || tail);
-  std::vector<uint64_t> need = commit_pages(is_end, tail, snapshot);
+  bool snapshot = with_snapshot && (e == rec.history || reserved) && (e % tpb == 0 || tail);
+  std::vector<uint64_t> need = commit_pages(is_end, is_end || reserved, tail, snapshot);
   if (Status s = check_room("commit", need); !s)
     return Status(s.code(), label(id) + ": " + s.message());
   // A speculative snapshot is taken only where making room for it evicts nothing of value.
@@ -87,7 +92,8 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   const NodeId end_node =
       tail ? commit_tail(rec, e, is_end) : (e % tpb == 0 ? rec.commit_parent : kNoNode);
   const bool snapshots = snapshot && end_node != kNoNode && index_.node_tokens(end_node) > 0;
-  if (snapshots) commit_snapshots(rec, end_node, is_end, *role);
+  if (snapshots) commit_snapshots(rec, end_node, is_end, *role, reserved);
+  release_reserved(rec, e);  // reservations the commit passed (or took) are done
   rec.committed = e;
   // The commit that covers the step ends the scratch slots' use.
   if (rec.scratch_boundary != 0 && e >= rec.scratch_boundary) release_scratch(rec);
@@ -98,14 +104,16 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   return Status::ok();
 }
 
-// Fresh GPU pages a commit needs, per pool group: the tail's and the snapshots' copies (a commit
-// at the end moves instead of copying, except into a reduced-precision snapshot).
-std::vector<uint64_t> ManagerCore::commit_pages(bool is_end, bool tail, bool snapshot) const {
+// Fresh GPU pages a commit needs, per pool group: the tail's and the snapshots' copies. A page
+// that moves needs none (the tail at the end; the state at the end or a reserved one), except
+// into a reduced-precision snapshot, always a converted copy.
+std::vector<uint64_t> ManagerCore::commit_pages(bool tail_moves, bool state_moves, bool tail,
+                                                bool snapshot) const {
   std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (!publishable(g)) continue;
     const bool ssm = g.kind == GroupKind::kSsm;
-    if (is_end && !(ssm && g.snapshot_pool_group)) continue;
+    if (ssm ? state_moves && !g.snapshot_pool_group : tail_moves) continue;
     if (ssm ? snapshot : tail) need[g.page_pool_group(ssm).value] += 1;
   }
   return need;
@@ -188,26 +196,32 @@ NodeId ManagerCore::commit_tail(CacheRecord& rec, uint64_t end, bool is_end) {
   return node;
 }
 
-// SSM snapshots at the commit's end: copies, or with is_end the states themselves (the request
-// computes nothing more).
-void ManagerCore::commit_snapshots(CacheRecord& rec, NodeId node, bool is_end, SnapshotRole role) {
+// SSM snapshots at the commit's end: copies of the live states, or the states themselves with
+// is_end (the request computes nothing more) or from a reservation (the state a kernel wrote
+// there; release_reserved frees one a copy was taken of).
+void ManagerCore::commit_snapshots(CacheRecord& rec, NodeId node, bool is_end, SnapshotRole role,
+                                   std::optional<size_t> reserved) {
   const bool speculative = role == SnapshotRole::kSpeculative;
   const uint32_t coverage = index_.node_tokens(node);
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (!publishable(g) || g.kind != GroupKind::kSsm) continue;
     GroupState& gs = rec.groups[g.id.value];
-    const PageId own = gs.pages[0];
+    const PageId own = reserved ? gs.reserved[*reserved] : gs.pages[0];
     if (own == kNoPage || index_.holds(node, g.id)) continue;
     // A reduced-precision snapshot is always a converted copy; the live state stays fp32.
-    if (!is_end || g.snapshot_pool_group) {
+    if (!(is_end || reserved) || g.snapshot_pool_group) {
       const PageId copy = storage_.allocate(g.id, kGpuTier, storage::kDefaultPriority, true);
       storage_.copy_page(own, copy);
       index_.publish(node, g.id, copy, coverage, speculative);
       continue;
     }
     index_.publish(node, g.id, own, coverage, speculative);
-    for (PageId& entry : gs.pages) {
-      if (entry == own) entry = kNoPage;
+    if (reserved) {
+      gs.reserved[*reserved] = kNoPage;
+    } else {
+      for (PageId& entry : gs.pages) {
+        if (entry == own) entry = kNoPage;
+      }
     }
     storage_.drop_ref(own, Ref::kActive);
   }

@@ -58,6 +58,13 @@ Status KvCache::commit_kv(std::span<const int32_t> tokens) {
   return core_->commit(id_, tokens, false, std::nullopt);
 }
 Status KvCache::stop_committing() { return core_->stop_committing(id_); }
+Result<std::vector<uint64_t>> KvCache::reserve_states(std::span<const uint64_t> points,
+                                                      SnapshotRole role) {
+  return core_->reserve_states(id_, points, role);
+}
+Result<std::vector<int32_t>> KvCache::reserved_state_slots(CacheGroupId group) const {
+  return core_->reserved_state_slots(id_, group);
+}
 Result<PlannedDrop> KvCache::plan_snapshot_drop() {
   Result<uint64_t> drop = core_->plan_snapshot_drop(id_);
   if (!drop.is_ok()) return drop.status();

@@ -339,6 +339,7 @@ void ManagerCore::release_all_pages(CacheRecord& rec) {
   for (GroupState& gs : rec.groups) std::fill(gs.pages.begin(), gs.pages.end(), kNoPage);
   release_held(rec, UINT64_MAX);
   release_scratch(rec);
+  release_reserved(rec, UINT64_MAX);
 }
 
 Status ManagerCore::close(uint32_t id) {

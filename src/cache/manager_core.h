@@ -211,8 +211,22 @@ class ManagerCore {
   Status check_commit(uint32_t id, std::span<const int32_t> tokens) const;
   void commit_full_block(CacheRecord& rec, uint64_t block);
   prefix::NodeId commit_tail(CacheRecord& rec, uint64_t end, bool is_end);
-  void commit_snapshots(CacheRecord& rec, prefix::NodeId node, bool is_end, SnapshotRole role);
-  std::vector<uint64_t> commit_pages(bool is_end, bool tail, bool snapshot) const;
+  void commit_snapshots(CacheRecord& rec, prefix::NodeId node, bool is_end, SnapshotRole role,
+                        std::optional<size_t> reserved);
+  std::vector<uint64_t> commit_pages(bool tail_moves, bool state_moves, bool tail,
+                                     bool snapshot) const;
+  // chunk_states.cc
+ public:
+  Result<std::vector<uint64_t>> reserve_states(uint32_t id, std::span<const uint64_t> points,
+                                               SnapshotRole role);
+  Result<std::vector<int32_t>> reserved_state_slots(uint32_t id, CacheGroupId group) const;
+
+ private:
+  Status check_reserve(const CacheRecord& rec, std::span<const uint64_t> points) const;
+  // The index of a reservation at `point`, if any.
+  static std::optional<size_t> reserved_at(const CacheRecord& rec, uint64_t point);
+  // Frees the reservations at points <= upto (UINT64_MAX: all).
+  void release_reserved(CacheRecord& rec, uint64_t upto);
   bool room_without_loss(std::span<const uint64_t> need) const;
   void move_commit_parent(CacheRecord& rec, prefix::NodeId next);
   Status stop_committing_locked(uint32_t id);

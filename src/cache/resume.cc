@@ -176,6 +176,7 @@ Status ManagerCore::suspend(uint32_t id) {
   if (Status s = expect_state(id, CacheState::kActive, "suspend"); !s) return s;
   CacheRecord& rec = caches_[id];
   release_scratch(rec);  // scratch KV is dead once the step is over
+  release_reserved(rec, UINT64_MAX);
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
     storage_.convert_ref(pid, Ref::kActive, Ref::kSuspended);
   });

@@ -15,6 +15,7 @@ struct HybridCacheManager::Request {
   ReuseScope scope;
   bool replay_reset_pending = true;  // its replay page has not been reset yet
   std::vector<uint64_t> demand_points;
+  std::vector<uint64_t> chunk_points;  // reserved states of the current chunk
 };
 
 struct HybridCacheManager::Requests {
@@ -230,8 +231,10 @@ Result<uint64_t> HybridCacheManager::next_snapshot_point(uint64_t id) const {
     return Status::not_found("request " + std::to_string(id) + " is unknown");
   const Request& r = it->second;
   const uint64_t history = r.cache->history();
-  // At the latest, the end of the prompt.
-  const uint64_t next = std::min<uint64_t>(next_policy_point(r, history), r.prompt.size());
+  // At the latest, the end of the prompt; periodic points end no chunk when the kernel writes
+  // their states inside it.
+  const uint64_t next = std::min<uint64_t>(
+      next_policy_point(r, history, serving_.snapshots.chunk_states), r.prompt.size());
   return std::max(next, history);
 }
 
@@ -246,9 +249,38 @@ Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
   const bool point = (end && (!state_group_ || serving_.snapshots.final_prompt_boundary)) ||
                      next_policy_point(*r, history - 1) == history;
   const std::span<const int32_t> prompt(r->prompt);
-  const std::span<const int32_t> tokens = prompt.subspan(committed, history - committed);
+  uint64_t from = committed;
+  for (uint64_t at : r->chunk_points) {  // the states the kernel wrote inside the chunk
+    if (at <= from || at >= history) continue;
+    const Status s =
+        r->cache->commit(prompt.subspan(from, at - from), false, SnapshotRole::kSpeculative);
+    if (!s.is_ok() && s.code() != StatusCode::kOutOfPages) return s;
+    from = r->cache->committed_tokens();
+  }
+  r->chunk_points.clear();
+  const std::span<const int32_t> tokens = prompt.subspan(from, history - from);
   if (!point) return r->cache->commit_kv(tokens);
   return r->cache->commit(tokens, false, snapshot_role(*r, history));
+}
+
+Result<std::vector<ChunkState>> HybridCacheManager::reserve_chunk_states(uint64_t id,
+                                                                         uint64_t upto) {
+  Request* r;
+  if (Status s = lookup(id, &r); !s) return s;
+  std::vector<ChunkState> out;
+  const uint64_t history = r->cache->history();
+  if (!serving_.snapshots.chunk_states || !state_group_ || upto > r->prompt.size()) return out;
+  std::vector<uint64_t> points;
+  for (uint64_t at = next_policy_point(*r, history); at < upto; at = next_policy_point(*r, at)) {
+    if (at % serving_.tokens_per_block == 0 && snapshot_role(*r, at) == SnapshotRole::kSpeculative)
+      points.push_back(at);
+  }
+  Result<std::vector<uint64_t>> reserved = r->cache->reserve_states(points);
+  if (!reserved) return reserved.status();
+  r->chunk_points = *reserved;
+  const std::vector<int32_t> slots = *r->cache->reserved_state_slots(*state_group_);
+  for (size_t i = 0; i < slots.size(); ++i) out.push_back({r->chunk_points[i], slots[i]});
+  return out;
 }
 
 // Speculative (SnapshotRole): a periodic point that no other rule of the policy places, and the

@@ -353,6 +353,19 @@ Status FakeEngine::write_unflushed(const KvCache& cache, FakeRequest& r, uint64_
   return Status::ok();
 }
 
+void FakeEngine::write_states_at(const KvCache& cache, FakeRequest& r, CacheGroupId group,
+                                 std::span<const uint64_t> points, std::span<const int32_t> slots) {
+  manager_.wait(cache.ready_event());  // a reserved page waits for its slot's last user
+  for (size_t i = 0; i < points.size() && i < slots.size(); ++i) {
+    const uint64_t seed_base = prefix(r, 0, points[i]);
+    for (const Buffer& b : buffers_[group.value]) {
+      if (std::byte* at = page(b, slots[i]))
+        fill_bytes(at, b.size, combine(seed_base, combine(b.layer, b.role_hash)), b.shape);
+    }
+  }
+  flush_writes();
+}
+
 // Tokens [p, end) of one block of one buffer (`at`: the page); one copy for device memory.
 void FakeEngine::write_tokens(FakeRequest& r, uint32_t beam, const Buffer& b, std::byte* at,
                               uint64_t p, uint64_t end) {

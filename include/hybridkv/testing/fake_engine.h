@@ -61,6 +61,11 @@ class FakeEngine {
   Status step(const KvCache& cache, FakeRequest& request, uint64_t upto);
   // The writes of step() without its checks (callers that verify at chosen points instead).
   Status write_step(const KvCache& cache, FakeRequest& request, uint64_t upto);
+  // The states of `group` after each of `points` tokens into the reserved `slots` (a kernel
+  // that writes states inside its chunk: KvCache::reserve_states), as write_step would at
+  // history = point.
+  void write_states_at(const KvCache& cache, FakeRequest& request, CacheGroupId group,
+                       std::span<const uint64_t> points, std::span<const int32_t> slots);
   // Waits for the cache's pages and checks every resident page.
   Status verify(const KvCache& cache, FakeRequest& request);
   // Recomputes one group's pages for the tokens already computed (an OPTIONAL group that was

@@ -43,17 +43,20 @@ Result<std::vector<uint64_t>> ManagerCore::reserve_states(uint32_t id,
   if (Status s = expect_state(id, CacheState::kActive, "reserve_states"); !s) return s;
   CacheRecord& rec = caches_[id];
   if (Status s = check_reserve(rec, points); !s) return s;
-  release_reserved(rec, UINT64_MAX);
+  auto reserved_group = [&](const CacheGroup& g) {
+    return publishable(g) && g.kind == GroupKind::kSsm;
+  };
   std::vector<uint64_t> one(plan_.pool_groups().size(), 0);
   for (const CacheGroup& g : plan_.cache_groups()) {
-    if (publishable(g) && g.kind == GroupKind::kSsm) one[g.pool_group.value] += 1;
+    if (reserved_group(g)) one[g.pool_group.value] += 1;
   }
-  if (role == SnapshotRole::kKept) {  // all or nothing
+  if (role == SnapshotRole::kKept) {  // all or nothing (the earlier reservations still count)
     std::vector<uint64_t> need(one.size());
     for (size_t pg = 0; pg < need.size(); ++pg) need[pg] = one[pg] * points.size();
     if (Status s = check_room("reserve_states", need); !s)
       return Status(s.code(), rec.label + ": " + s.message());
   }
+  release_reserved(rec, UINT64_MAX);
   for (uint64_t p : points) {
     // Speculative: as many as cost no page of value.
     if (role == SnapshotRole::kSpeculative &&
@@ -61,8 +64,7 @@ Result<std::vector<uint64_t>> ManagerCore::reserve_states(uint32_t id,
       break;
     make_room(one);
     for (const CacheGroup& g : plan_.cache_groups()) {
-      if (publishable(g) && g.kind == GroupKind::kSsm)
-        rec.groups[g.id.value].reserved.push_back(fresh_page(rec, g.id, 0));
+      if (reserved_group(g)) rec.groups[g.id.value].reserved.push_back(fresh_page(rec, g.id, 0));
     }
     rec.reserved_points.push_back(p);
   }

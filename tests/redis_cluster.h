@@ -120,6 +120,33 @@ class RedisCluster {
       if (n && n->port() == port) n->kill();
     }
   }
+  // The master on `port` has a replica that acknowledged every write made so far (WAIT answers
+  // 1) within `seconds`. A replica still in its first sync answers 0: killing the master then
+  // would lose the keys for good, which is data loss by the test, not by the store.
+  static bool replicated(uint16_t port, int seconds) {
+    for (int i = 0; i < seconds; ++i) {
+      std::string n = cli(port, "wait 1 1000");
+      while (!n.empty() && (n.back() == '\n' || n.back() == '\r')) n.pop_back();
+      if (n == "1") return true;
+    }
+    return false;
+  }
+  // Every master has a replica online (its first sync done) within `seconds`.
+  bool replicas_online(int seconds) const {
+    for (int i = 0; i < seconds * 10; ++i) {
+      int online = 0, masters = 0;
+      for (const Node& n : topology(live_port())) {
+        if (!n.master || n.failed) continue;
+        ++masters;
+        const std::string info = cli(n.port, "info replication");
+        online += info.find("connected_slaves:1") != std::string::npos &&
+                  info.find("state=online") != std::string::npos;
+      }
+      if (masters > 0 && online == masters) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
   // Every live node reports cluster_state:ok within `seconds`.
   bool wait_ok(int seconds, uint16_t skip = 0) const {
     for (int i = 0; i < seconds * 10; ++i) {
@@ -159,7 +186,7 @@ class RedisCluster {
       nodes_.push_back(std::move(n));
     }
     cli(create + " --cluster-replicas 1 --cluster-yes");
-    return wait_ok(30);
+    return wait_ok(30) && replicas_online(30);
   }
 
   std::string dir_;

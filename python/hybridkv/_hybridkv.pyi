@@ -173,9 +173,17 @@ class HybridCacheManager:
         Frees everything the request holds; committed pages stay in the prefix tree.
         """
 
+    def request(self, request_id: int) -> dict:
+        """history, capacity, reused tokens and state of a request"""
+
     def next_snapshot_point(self, request_id: int) -> int:
         """
         Where the request's next prefill chunk should end (the snapshot policy; the prompt's end at most).
+        """
+
+    def reserve_chunk_states(self, request_id: int, upto: int) -> list[tuple[int, int]]:
+        """
+        SnapshotPolicy.chunk_states: after resize, before the step, the states the kernel writes inside the chunk ending at upto, as (point, state_index) pairs: the state after point tokens goes into GPU slot state_index of the state group. commit_at_snapshot publishes them. Empty when the policy has no chunk states.
         """
 
     def commit_at_snapshot(self, request_id: int) -> None:
@@ -187,9 +195,6 @@ class HybridCacheManager:
         """
         Publishes the rest of the prompt and the generated tokens, with a snapshot at history (chat).
         """
-
-    def request(self, request_id: int) -> dict:
-        """history, capacity, reused tokens and state of a request"""
 
     def buffer_view(self, tier: TierKind, layer: int, role: str) -> object:
         """
@@ -379,8 +384,20 @@ class KvCache:
 
     def resize(self, capacity: int, history: int) -> None: ...
 
-    def commit(self, tokens: Sequence[int], is_end: bool = False) -> None:
-        """Publishes tokens [committed, committed + len)."""
+    def commit(self, tokens: Sequence[int], is_end: bool = False, role: SnapshotRole = SnapshotRole.KEPT) -> None:
+        """
+        Publishes tokens [committed, committed + len); role SPECULATIVE: a snapshot at a point no request is known to resume from (published demoted, superseding nothing).
+        """
+
+    def reserve_states(self, points: Sequence[int], role: SnapshotRole = SnapshotRole.SPECULATIVE) -> list[int]:
+        """
+        GPU pages for the states a chunked kernel writes inside the coming chunk, one per SSM group and point (multiples of tokens_per_block in (history, capacity]); returns the points reserved (SPECULATIVE: those that cost no page of value; KEPT: all or OutOfPagesError). A commit ending at a reserved point publishes its state.
+        """
+
+    def reserved_state_slots(self, group: int) -> list[int]:
+        """
+        The GPU slots of the reserved states of an SSM group, in point order (valid until the next reserve_states, commit, suspend or close, or the manager's adjust()).
+        """
 
     def commit_kv(self, tokens: Sequence[int]) -> None:
         """Publishes the KV of full blocks only (no snapshot)."""
@@ -1023,6 +1040,11 @@ class SnapshotPolicy:
 
     @chunk_states.setter
     def chunk_states(self, arg: bool, /) -> None: ...
+
+class SnapshotRole(enum.Enum):
+    KEPT = 0
+
+    SPECULATIVE = 1
 
 class SsmLayerConfig:
     """A recurrent layer's state buffers."""

@@ -24,6 +24,9 @@ namespace {
 using Release = nb::call_guard<nb::gil_scoped_release>;
 
 void bind_layer_configs(nb::module_& m) {
+  nb::enum_<SnapshotRole>(m, "SnapshotRole")
+      .value("KEPT", SnapshotRole::kKept)
+      .value("SPECULATIVE", SnapshotRole::kSpeculative);
   nb::enum_<ReusePolicy>(m, "ReusePolicy")
       .value("REQUIRED", ReusePolicy::kRequired)
       .value("OPTIONAL", ReusePolicy::kOptional)
@@ -174,11 +177,32 @@ void bind_cache(nb::module_& m) {
           "capacity"_a, "history"_a, Release())
       .def(
           "commit",
-          [](KvCache& c, std::vector<int32_t> tokens, bool is_end) {
+          [](KvCache& c, std::vector<int32_t> tokens, bool is_end, SnapshotRole role) {
             nb::gil_scoped_release release;
-            raise_if_error(c.commit(tokens, is_end));
+            raise_if_error(c.commit(tokens, is_end, role));
           },
-          "tokens"_a, "is_end"_a = false, "Publishes tokens [committed, committed + len).")
+          "tokens"_a, "is_end"_a = false, "role"_a = SnapshotRole::kKept,
+          "Publishes tokens [committed, committed + len); role SPECULATIVE: a snapshot at a point "
+          "no request is known to resume from (published demoted, superseding nothing).")
+      .def(
+          "reserve_states",
+          [](KvCache& c, std::vector<uint64_t> points, SnapshotRole role) {
+            nb::gil_scoped_release release;
+            return value_or_raise(c.reserve_states(points, role));
+          },
+          "points"_a, "role"_a = SnapshotRole::kSpeculative,
+          "GPU pages for the states a chunked kernel writes inside the coming chunk, one per SSM "
+          "group and point (multiples of tokens_per_block in (history, capacity]); returns the "
+          "points reserved (SPECULATIVE: those that cost no page of value; KEPT: all or "
+          "OutOfPagesError). A commit ending at a reserved point publishes its state.")
+      .def(
+          "reserved_state_slots",
+          [](const KvCache& c, uint32_t group) {
+            return value_or_raise(c.reserved_state_slots(CacheGroupId(group)));
+          },
+          "group"_a,
+          "The GPU slots of the reserved states of an SSM group, in point order (valid until "
+          "the next reserve_states, commit, suspend or close, or the manager's adjust()).")
       .def(
           "commit_kv",
           [](KvCache& c, std::vector<int32_t> tokens) {

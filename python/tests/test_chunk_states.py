@@ -13,17 +13,64 @@ ROOT = Path(__file__).resolve().parents[2]
 NEMOTRON = str(ROOT / "models" / "nemotron_h_8b.json")
 
 
-def manager(chunk_states=True):
+def manager(chunk_states=True, backend=hk.BackendKind.HOST):
     snapshots = hk.SnapshotPolicy(periodic_interval=64, chunk_states=chunk_states)
     serving = hk.ServingConfig(tokens_per_block=16, max_batch=4, snapshots=snapshots,
                                tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=4 << 30)])
-    return hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8), serving,
-                                 hk.BackendKind.HOST)
+    return hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8), serving, backend)
+
+
+class HostRows:
+    """A layer's SSM state rows in host memory (numpy)."""
+
+    def __init__(self, h):
+        self.view = h.buffer_view(hk.TierKind.GPU, 0, "ssm_state")
+
+    def write(self, slot, value):
+        self.view[slot, :4] = value
+
+    def read(self, slot):
+        return [float(x) for x in self.view[slot, :4]]
+
+
+class CudaRows:
+    """The same rows on the GPU (torch over the DLPack view)."""
+
+    def __init__(self, h, torch):
+        self.t = torch.from_dlpack(h.buffer_view(hk.TierKind.GPU, 0, "ssm_state"))
+        self.torch = torch
+
+    def write(self, slot, value):
+        self.t[slot, :4] = value
+        self.torch.cuda.synchronize()
+
+    def read(self, slot):
+        self.torch.cuda.synchronize()
+        return [float(x) for x in self.t[slot, :4].cpu()]
+
+
+def cuda_or_skip():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    try:
+        h = manager(backend=hk.BackendKind.CUDA)
+    except ValueError as e:
+        pytest.skip(f"cuda backend unavailable: {e}")
+    return h, CudaRows(h, torch)
 
 
 def test_states_written_inside_a_chunk_are_resumed_from_with_their_bytes():
     h = manager()
-    ssm = h.buffer_view(hk.TierKind.GPU, 0, "ssm_state")
+    states_inside_a_chunk(h, HostRows(h))
+
+
+@pytest.mark.gpu
+def test_states_written_inside_a_chunk_on_the_gpu():
+    states_inside_a_chunk(*cuda_or_skip())
+
+
+def states_inside_a_chunk(h, rows):
     prompt = list(range(1000, 1400))
     h.add_request(1, prompt)
     h.resume(1)
@@ -36,8 +83,8 @@ def test_states_written_inside_a_chunk_are_resumed_from_with_their_bytes():
     live = h.state_index(1)
     assert len(set(slots)) == len(slots) and live not in slots
     for point, slot in states:  # the kernel: the state after `point` tokens
-        ssm[slot, :4] = point
-    ssm[live, :4] = end
+        rows.write(slot, point)
+    rows.write(live, end)
     h.resize(1, end, end)
     h.commit_at_snapshot(1)
     h.free_request(1)
@@ -45,8 +92,8 @@ def test_states_written_inside_a_chunk_are_resumed_from_with_their_bytes():
     h.add_request(2, prompt[:200] + [7] * 50)  # diverges inside the chunk, after point 192
     assert h.request(2)["reused_tokens"] == 192
     h.resume(2)
-    h.synchronize()  # the host backend copies on its own thread
-    assert list(ssm[h.state_index(2), :4]) == [192.0] * 4
+    h.synchronize()  # the backend copies on its own thread (host) or stream (cuda)
+    assert rows.read(h.state_index(2)) == [192.0] * 4
 
 
 def test_without_chunk_states_nothing_is_reserved_and_bad_input_is_named():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import hybridkv as hk
+from test_hybridkv import small_manager_config  # one recurrent and one attention layer
 
 ROOT = Path(__file__).resolve().parents[2]
 NEMOTRON = str(ROOT / "models" / "nemotron_h_8b.json")
@@ -109,15 +110,7 @@ def test_without_chunk_states_nothing_is_reserved_and_bad_input_is_named():
 
 
 def small_manager():
-    return hk.KvCacheManager.create(hk.ManagerConfig(
-        tokens_per_block=16,
-        ssm_layers=[hk.SsmLayerConfig(id=0, buffers=[
-            hk.BufferConfig(role="ssm_state", bytes_per_page=4096, dtype=hk.DType.F32)])],
-        attention_layers=[hk.AttentionLayerConfig(id=1, buffers=[
-            hk.BufferConfig(role="key", bytes_per_page=2048),
-            hk.BufferConfig(role="value", bytes_per_page=2048)])],
-        tiers=[hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=8 << 20)],
-        commit_min_snapshot=True))
+    return hk.KvCacheManager.create(small_manager_config())
 
 
 def test_a_kv_cache_reserves_states_and_a_commit_at_one_publishes_it():

@@ -48,6 +48,11 @@ class RedisCluster {
     }
     return out;
   }
+  // A one-line answer without its line end.
+  static std::string line(std::string out) {
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out;
+  }
   // redis-cli against the first node still running.
   std::string cli(const std::string& args) const { return cli(live_port(), args); }
   uint16_t live_port() const {
@@ -104,11 +109,7 @@ class RedisCluster {
   uint32_t slot_of(const std::string& key) const {
     return static_cast<uint32_t>(std::stoul(cli("cluster keyslot " + key)));
   }
-  std::string id_of(uint16_t port) const {
-    std::string id = cli(port, "cluster myid");
-    while (!id.empty() && (id.back() == '\n' || id.back() == '\r')) id.pop_back();
-    return id;
-  }
+  std::string id_of(uint16_t port) const { return line(cli(port, "cluster myid")); }
   std::vector<uint16_t> ports() const {
     std::vector<uint16_t> out;
     for (const auto& n : nodes_) out.push_back(n->port());
@@ -125,9 +126,7 @@ class RedisCluster {
   // would lose the keys for good, which is data loss by the test, not by the store.
   static bool replicated(uint16_t port, int seconds) {
     for (int i = 0; i < seconds; ++i) {
-      std::string n = cli(port, "wait 1 1000");
-      while (!n.empty() && (n.back() == '\n' || n.back() == '\r')) n.pop_back();
-      if (n == "1") return true;
+      if (line(cli(port, "wait 1 1000")) == "1") return true;
     }
     return false;
   }

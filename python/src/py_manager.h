@@ -15,7 +15,6 @@ namespace hybridkv::python {
 
 using IndexArray = nanobind::ndarray<nanobind::numpy, int32_t>;
 
-// The Python object behind hybridkv.HybridCacheManager.
 class Manager {
  public:
   Manager(const ModelDescription& model, const ServingConfig& serving, BackendKind backend,

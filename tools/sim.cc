@@ -126,6 +126,7 @@ Status check_outputs_and_disk(const SimOptions& o) {
   }
   for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--json", o.json},
                                    {"--svg", o.svg},
+                                   {"--step-times", o.step_times},
                                    {"--write-trace", o.write_trace}}) {
     if (path.empty()) continue;
     if (std::filesystem::is_directory(path)) {
@@ -331,6 +332,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "e4m3 blocks of 128 values with a power-of-two scale (129 bytes per 512)");
   sim->add_option("--json", o.json, "write the report as JSON");
   sim->add_option("--svg", o.svg, "write a plot of reuse and memory over time");
+  sim->add_option(
+      "--step-times", o.step_times,
+      "write every step's manager CPU time, by call, as CSV (the worst steps' profile)");
   sim->add_option("--write-trace", o.write_trace,
                   "write the requests read (e.g. a synthetic trace) as Mooncake JSONL");
   sim->add_flag("--quiet", o.quiet, "no progress output");

@@ -39,6 +39,7 @@ struct SimOptions {
   std::string host_link_gbps = "52.2,50.9";
   std::string disk_link_gbps = "2.70,1.68";
   std::string json;
+  std::string step_times;  // CSV: every step's manager CPU, by call
   std::string svg;
   std::string write_trace;  // the requests read, as Mooncake JSONL
   bool quiet = false;

@@ -85,6 +85,7 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   }
   std::vector<NodeId> blocks;  // the full blocks committed (for the shared tier)
   for (uint64_t b = c / tpb; (b + 1) * tpb <= e; ++b) {
+    prefetch_key(rec, b + kPrefetchBlocks);
     commit_full_block(rec, b);
     release_held(rec, b + 1);
     blocks.push_back(rec.commit_parent);
@@ -164,6 +165,12 @@ void ManagerCore::commit_full_block(CacheRecord& rec, uint64_t b) {
     set_table_entries(rec, g, b, b + 1);
   }
   move_commit_parent(rec, node);
+}
+
+// Starts loading the key index's slot of block b's key (commit's lookups miss the cache: the
+// index is as large as the tree).
+void ManagerCore::prefetch_key(const CacheRecord& rec, uint64_t b) const {
+  if (rec.prompt_keys && b < rec.prompt_keys->size()) index_.tree().prefetch((*rec.prompt_keys)[b]);
 }
 
 void ManagerCore::move_commit_parent(CacheRecord& rec, NodeId next) {

@@ -229,6 +229,8 @@ class ManagerCore {
   void release_reserved(CacheRecord& rec, uint64_t upto);
   bool room_without_loss(std::span<const uint64_t> need) const;
   void move_commit_parent(CacheRecord& rec, prefix::NodeId next);
+  static constexpr uint64_t kPrefetchBlocks = 8;  // how far ahead commit loads key slots
+  void prefetch_key(const CacheRecord& rec, uint64_t b) const;
   Status stop_committing_locked(uint32_t id);
 
   mutable std::shared_mutex mu_;  // guards everything below; plan_ and backend_ are immutable

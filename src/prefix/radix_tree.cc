@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "util/check.h"
-#include "util/dense_table.h"
 
 namespace hybridkv::prefix {
 
@@ -72,7 +71,15 @@ NodeId RadixTree::root(const BlockKey& key) {
 NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_t> tokens,
                       bool full) {
   HKV_CHECK(find(key) == kNoNode, "tree key added twice");
-  const NodeId id = take_dense_id(nodes_, free_);
+  // A freed node keeps its vectors' capacity (prune), so a reused id allocates nothing.
+  NodeId id;
+  if (free_.empty()) {
+    id = NodeId(static_cast<uint32_t>(nodes_.size()));
+    nodes_.emplace_back();
+  } else {
+    id = free_.back();
+    free_.pop_back();
+  }
   if (pages_.size() < nodes_.size() * num_groups_) pages_.resize(nodes_.size() * num_groups_);
   Node& n = node(id);
   n.key = key;
@@ -106,8 +113,7 @@ void RadixTree::prune(NodeId id) {
     }
     index_.erase(n.key);
     n.live = false;
-    n.tokens.clear();
-    n.tokens.shrink_to_fit();
+    n.tokens.clear();  // capacity kept for the id's next node (add)
     n.children.clear();
     free_.push_back(id);
     id = parent;

@@ -467,8 +467,10 @@ void Storage::cancel_offload(Page& p) {
 CopyEvent Storage::flush() {
   CopyEvent event;
   if (!pending_.empty()) {
+    const size_t n = pending_.size();
     event = backend_->submit(std::move(pending_));
     pending_.clear();
+    pending_.reserve(n);  // the next batch is likely as large: one allocation, not a doubling
     record_batch(event);
   }
   // A batch without copies read no slot and wrote no page: nothing waits for it.

@@ -39,6 +39,9 @@ enum SimOp : uint8_t {
   kOpAdjust,
   kSimOps
 };
+// Column names of --step-times.
+inline constexpr const char* kSimOpKeys[kSimOps] = {"add_request", "resume", "suspend",  "free",
+                                                    "commit",      "resize", "rebalance"};
 inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)",
                                                      "resume",
                                                      "suspend",

@@ -47,7 +47,7 @@ StepTimes step_times(const SimCounters& c) {
 bool write_step_times(const std::string& path, const SimCounters& c) {
   std::ofstream out(path);
   out << "step,total_us";
-  for (const char* name : kSimOpNames) out << ",\"" << name << "\"";
+  for (const char* key : kSimOpKeys) out << ',' << key;
   out << "\n";
   for (size_t s = 0; s < c.step_us.size() && s < c.step_ops_us.size(); ++s) {
     out << s << ',' << c.step_us[s];

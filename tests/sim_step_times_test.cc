@@ -1,0 +1,79 @@
+// `hybridkv sim --step-times`: every step's manager CPU time by call, and the report's summary
+// of the step times (the profile behind issue 35's bound on the worst step).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+
+namespace {
+
+using hybridkv::testing::CliRun;
+using hybridkv::testing::run_cli;
+using hybridkv::testing::scratch;
+using hybridkv::testing::slurp;
+
+const std::string kSlice = std::string(HKV_DATA_DIR) + "/mooncake_conversation_first1000.jsonl";
+const std::string kModel = std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json";
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
+  return out;
+}
+
+TEST(SimStepTimes, OneRowPerStepWhoseCallsAddUpToItsTotal) {
+  const std::string csv = scratch("steps.csv"), json = scratch("steps.json");
+  const CliRun r =
+      run_cli("sim --model " + kModel + " --trace " + kSlice +
+              " --limit 60 --max-batch 16 --gpu-quota 8GiB --host-quota 16GiB --quiet --json " +
+              json + " --step-times " + csv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("of steps over 100 us"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  const std::vector<std::string> lines = split(slurp(csv), '\n');
+  ASSERT_EQ(lines.size(), j["steps"].get<uint64_t>() + 1);  // the header, then every step
+  const std::vector<std::string> header = split(lines[0], ',');
+  ASSERT_GE(header.size(), 3u);
+  EXPECT_EQ(header[0], "step");
+  EXPECT_EQ(header[1], "total_us");
+  EXPECT_EQ(header[6], "commit");
+  EXPECT_EQ(header[7], "resize");
+  double max = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> cells = split(lines[i], ',');
+    ASSERT_EQ(cells.size(), header.size()) << "row " << i;
+    EXPECT_EQ(std::stoull(cells[0]), i - 1);
+    const double total = std::stod(cells[1]);
+    double calls = 0;
+    for (size_t c = 2; c < cells.size(); ++c) calls += std::stod(cells[c]);
+    EXPECT_NEAR(calls, total, 1e-3 * total + 0.01) << "row " << i;  // float columns
+    max = std::max(max, total);
+  }
+  EXPECT_DOUBLE_EQ(j["manager_us_per_step_max"].get<double>(), max);
+  const double p90 = j["manager_us_per_step_p90"], p99 = j["manager_us_per_step_p99"];
+  EXPECT_LE(j["manager_us_per_step_median"].get<double>(), p90);
+  EXPECT_LE(p90, p99);
+  EXPECT_LE(p99, max);
+  const double share = j["steps_over_100us_share"];
+  EXPECT_GE(share, 0.0);
+  EXPECT_LE(share, 1.0);
+  std::remove(csv.c_str());
+  std::remove(json.c_str());
+}
+
+TEST(SimStepTimes, AnUnwritablePathIsRefusedBeforeTheRun) {
+  const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice +
+                           " --limit 5 --quiet --step-times /nonexistent-dir/steps.csv");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--step-times"), std::string::npos) << r.err;
+}
+
+}  // namespace

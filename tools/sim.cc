@@ -276,6 +276,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "the pipeline rank simulated (its layers; every rank sees the same trace)");
   sim->add_option("--max-batch", o.max_batch, "requests per step");
   sim->add_option("--max-tokens-per-step", o.max_tokens_per_step, "token budget per step");
+  sim->add_option("--evict-ahead", o.evict_ahead,
+                  "tokens of GPU room freed ahead of each step while the GPU computes (0: off; "
+                  "the report times it apart from the step)");
   sim->add_option(
       "--snapshot-policy", o.snapshot_policy,
       "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, "

@@ -37,18 +37,20 @@ enum SimOp : uint8_t {
   kOpCommit,
   kOpResize,
   kOpAdjust,
+  kOpAhead,  // off the step's critical path: not in its total
   kSimOps
 };
 // Column names of --step-times.
-inline constexpr const char* kSimOpKeys[kSimOps] = {"add_request", "resume", "suspend",  "free",
-                                                    "commit",      "resize", "rebalance"};
+inline constexpr const char* kSimOpKeys[kSimOps] = {
+    "add_request", "resume", "suspend", "free", "commit", "resize", "rebalance", "evict_ahead"};
 inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)",
                                                      "resume",
                                                      "suspend",
                                                      "free_request / commit_answer",
                                                      "commit_at_snapshot",
                                                      "resize",
-                                                     "rebalance (need_adjustment, adjust)"};
+                                                     "rebalance (need_adjustment, adjust)",
+                                                     "evict_ahead (while the GPU computes)"};
 
 // What a run counted.
 struct SimCounters {
@@ -77,7 +79,7 @@ struct SimCounters {
   uint64_t device_copies = 0;
   uint64_t adjustments = 0;                      // rebalancing steps taken
   std::vector<std::vector<uint64_t>> end_slots;  // per tier, per pool group: slots at the end
-  std::vector<double> step_us;                   // manager CPU time per step
+  std::vector<double> step_us;                   // manager CPU time per step (critical path)
   std::vector<std::array<float, kSimOps>> step_ops_us;  // ... by call (SimOp)
   double shared_fetch_us = 0;
   double hash_ahead_us = 0;  // prompts' block keys, hashed off the step (hash_prompt)  // wall time

@@ -68,7 +68,7 @@ class Scheduler {
     const auto t0 = Clock::now();
     auto r = fn();
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    manager_us_ += us;
+    if (op != kOpAhead) manager_us_ += us;
     ops_us_[op] += static_cast<float>(us);
     return r;
   }
@@ -91,6 +91,7 @@ class Scheduler {
   void finish(Running& r);
   void record_step();
   void rebalance();
+  void evict_ahead();
   void progress(bool last);
   std::string stuck_message() const;
 
@@ -364,6 +365,12 @@ void Scheduler::rebalance() {
   if (moved.is_ok() && *moved) ++c_.adjustments;
 }
 
+// While the GPU computes the step: room for the next one.
+void Scheduler::evict_ahead() {
+  if (o_.evict_ahead == 0) return;
+  check(timed(kOpAhead, [&] { return h_.evict_ahead(o_.evict_ahead); }).status(), "evict_ahead");
+}
+
 void Scheduler::record_step() {
   const IterationStats it = h_.manager().take_iteration_stats();
   c_.bytes_offloaded += it.bytes_offloaded;
@@ -434,6 +441,7 @@ bool Scheduler::tick() {
   step();
   if (!c_.error.empty()) return false;
   rebalance();
+  evict_ahead();
   record_step();
   if (steps_without_progress_ >= kStuckSteps) c_.error = stuck_message();
   progress(false);

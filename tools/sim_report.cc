@@ -19,7 +19,8 @@ struct StepTimes {
   double p90 = 0;
   double p99 = 0;
   double max = 0;
-  double over_slow = 0;  // share of steps over kSlowStepUs
+  double over_slow = 0;                   // share of steps over kSlowStepUs
+  double ahead_p99 = 0, ahead_total = 0;  // evict_ahead, off the steps' path
   // The steps at or above the p99: how many, and their time by call (SimOp).
   uint64_t slow_steps = 0;
   std::array<double, kSimOps> slow_ops_us{};
@@ -38,8 +39,13 @@ StepTimes step_times(const SimCounters& c) {
   for (size_t s = 0; s < c.step_us.size() && s < c.step_ops_us.size(); ++s) {
     if (c.step_us[s] < t.p99) continue;
     ++t.slow_steps;
-    for (size_t op = 0; op < kSimOps; ++op) t.slow_ops_us[op] += c.step_ops_us[s][op];
+    for (size_t op = 0; op < kOpAhead; ++op) t.slow_ops_us[op] += c.step_ops_us[s][op];
   }
+  std::vector<double> ahead;
+  for (const auto& ops : c.step_ops_us) ahead.push_back(ops[kOpAhead]);
+  std::sort(ahead.begin(), ahead.end());
+  for (double a : ahead) t.ahead_total += a;
+  if (!ahead.empty()) t.ahead_p99 = ahead[std::min(ahead.size() - 1, ahead.size() * 99 / 100)];
   return t;
 }
 
@@ -268,6 +274,8 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["manager_us_per_step_p99"] = f.times.p99;
   j["manager_us_per_step_max"] = f.times.max;
   j["steps_over_100us_share"] = f.times.over_slow;
+  j["evict_ahead_us_per_step_p99"] = f.times.ahead_p99;
+  j["evict_ahead_seconds"] = f.times.ahead_total / 1e6;
   nlohmann::json slow;
   for (size_t op = 0; op < kSimOps; ++op) slow[kSimOpNames[op]] = f.times.slow_ops_us[op];
   j["slowest_steps_us_by_call"] = slow;
@@ -356,6 +364,12 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
       "manager CPU / step  median %.1f us, p90 %.1f, p99 %.1f, max %.0f; %.1f %% of steps over "
       "%.0f us\n",
       f.times.median, f.times.p90, f.times.p99, f.times.max, 100 * f.times.over_slow, kSlowStepUs);
+  if (o.evict_ahead > 0) {
+    std::printf(
+        "evict ahead         %.1f s in all, p99 %.1f us per step (while the GPU computes: not in "
+        "the step's time)\n",
+        f.times.ahead_total / 1e6, f.times.ahead_p99);
+  }
   std::printf("prompt keys         hashed ahead, off the step: %.1f s in all\n",
               c.hash_ahead_us / 1e6);
   if (const std::string slow = slow_step_profile(f.times); !slow.empty())

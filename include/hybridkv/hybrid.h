@@ -184,6 +184,10 @@ class HybridCacheManager {
     // kernels read its pages, then report done (KvCacheManager::copies_done); empty otherwise.
     std::vector<EngineCopyBatch> copies;
   };
+  // Evicts ahead of the next step (KvCacheManager::evict_ahead) while the GPU computes this
+  // one: free GPU slots for `step_tokens` new tokens in every attention group, at most 1/8 of
+  // a pool group's planned slots. Returns the pages evicted.
+  Result<uint64_t> evict_ahead(uint64_t step_tokens);
   // Requires: every request ACTIVE and listed once; num_dummies <= dummy_slots.
   Result<Step> prepare_step(std::span<const uint64_t> request_ids, uint32_t num_dummies);
 

@@ -132,6 +132,15 @@ class KvCacheManager {
   // pressed pool group (pages above the donor's new end move within the tier; ACTIVE caches'
   // tables follow). Returns whether anything moved; kFailedPrecondition with rebalancing off.
   Result<bool> adjust();
+  // --- eviction ahead of the next step ---
+  // Frees GPU slots before the next step needs them, so that its allocations find them free:
+  // evicts pages (moved down a tier or dropped, exactly as an allocation would) until pool
+  // group g of the GPU tier has free_slots[g] free slots, or max_evictions pages went, or
+  // nothing is left to evict. Call it while the GPU computes a step (off the step's critical
+  // path); like every call, its decisions depend only on the calls before it. Returns the pages
+  // evicted; kInvalidArgument (changing nothing) when free_slots does not have one entry per
+  // pool group.
+  Result<uint64_t> evict_ahead(std::span<const uint64_t> free_slots, uint64_t max_evictions);
   // Refused (kFailedPrecondition) while caches are open.
   [[nodiscard]] Status shutdown();
 

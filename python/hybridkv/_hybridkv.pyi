@@ -258,6 +258,11 @@ class HybridCacheManager:
         Takes one rebalancing step (ServingConfig.policies.rebalance); returns whether slots moved.
         """
 
+    def evict_ahead(self, step_tokens: int) -> int:
+        """
+        Frees GPU slots for step_tokens new tokens in every attention group (at most 1/8 of a pool group) while the GPU computes a step, so the next step's allocations find them free; returns the pages evicted (moved down a tier or dropped, as an allocation would).
+        """
+
     def reset_replay(self, stream: int = 0) -> None:
         """
         Zeroes the replay buffers of the last decode_step's replay_resets (one batched kernel on the CUDA stream with the cuda backend).
@@ -514,6 +519,11 @@ class KvCacheManager:
     def need_adjustment(self) -> bool: ...
 
     def adjust(self) -> bool: ...
+
+    def evict_ahead(self, free_slots: Sequence[int], max_evictions: int) -> int:
+        """
+        Evicts until GPU pool group g has free_slots[g] free slots, max_evictions pages went or nothing is left to evict; returns the pages evicted. Call it while the GPU computes a step.
+        """
 
     @property
     def ranks(self) -> int: ...

@@ -279,6 +279,15 @@ void bind_kv_cache_manager(nb::module_& m) {
       .def("need_adjustment", &KvCacheManager::need_adjustment, Release())
       .def(
           "adjust", [](KvCacheManager& mgr) { return value_or_raise(mgr.adjust()); }, Release())
+      .def(
+          "evict_ahead",
+          [](KvCacheManager& mgr, std::vector<uint64_t> free_slots, uint64_t max_evictions) {
+            return value_or_raise(mgr.evict_ahead(free_slots, max_evictions));
+          },
+          "free_slots"_a, "max_evictions"_a, Release(),
+          "Evicts until GPU pool group g has free_slots[g] free slots, max_evictions pages went "
+          "or nothing is left to evict; returns the pages evicted. Call it while the GPU "
+          "computes a step.")
       .def_prop_ro("ranks", &KvCacheManager::ranks)
       .def_prop_ro("num_cache_groups",
                    [](const KvCacheManager& mgr) { return mgr.plan().cache_groups().size(); });

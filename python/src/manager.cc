@@ -273,7 +273,18 @@ void bind_steps(nb::class_<Manager>& cls) {
                 m.locked([](HybridCacheManager& h) { return h.manager().adjust(); }));
           },
           "Takes one rebalancing step (ServingConfig.policies.rebalance); returns whether slots "
-          "moved.");
+          "moved.")
+      .def(
+          "evict_ahead",
+          [](Manager& m, uint64_t step_tokens) {
+            return value_or_raise(
+                m.locked([&](HybridCacheManager& h) { return h.evict_ahead(step_tokens); }));
+          },
+          "step_tokens"_a,
+          "Frees GPU slots for step_tokens new tokens in every attention group (at most 1/8 of "
+          "a pool group) while the GPU computes a step, so the next step's allocations find them "
+          "free; returns the pages evicted (moved down a tier or dropped, as an allocation "
+          "would).");
 }
 
 void bind_diagnostics(nb::class_<Manager>& cls) {

@@ -170,6 +170,10 @@ ReuseStats KvCacheManager::take_reuse_stats() { return core_->reads().take_reuse
 Result<uint64_t> KvCacheManager::quota(TierKind tier) const { return core_->memory().quota(tier); }
 bool KvCacheManager::need_adjustment() const { return core_->memory().need_adjustment(); }
 Result<bool> KvCacheManager::adjust() { return core_->memory().adjust(); }
+Result<uint64_t> KvCacheManager::evict_ahead(std::span<const uint64_t> free_slots,
+                                             uint64_t max_evictions) {
+  return core_->memory().evict_ahead(free_slots, max_evictions);
+}
 Status KvCacheManager::set_quota(TierKind tier, uint64_t quota_bytes) {
   return core_->memory().set_quota(tier, quota_bytes);
 }

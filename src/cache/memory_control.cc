@@ -118,6 +118,31 @@ Status MemoryControl::apply_slots(storage::TierIndex t, const std::vector<uint64
   return Status::ok();
 }
 
+// One eviction at a time (a move down makes its own room below), each toward one more free slot
+// than the pool group has, so the victims are those the next allocations would have taken.
+Result<uint64_t> MemoryControl::evict_ahead(std::span<const uint64_t> free_slots,
+                                            uint64_t max_evictions) {
+  std::unique_lock lock(core_.mu_);
+  const size_t groups = core_.plan_.pool_groups().size();
+  if (free_slots.size() != groups) {
+    return Status::invalid("evict_ahead: free_slots has " + std::to_string(free_slots.size()) +
+                           " entries; the plan has " + std::to_string(groups) + " pool groups");
+  }
+  uint64_t evicted = 0;
+  for (const PoolGroup& pg : core_.plan_.pool_groups()) {
+    for (; evicted < max_evictions; ++evicted) {
+      const uint64_t free = core_.storage_.counts(storage::kGpuTier, pg.id).free;
+      if (free >= free_slots[pg.id.value]) break;
+      if (core_.storage_.max_room(storage::kGpuTier, pg.id) <= free)
+        break;  // nothing left to evict
+      storage::make_room(core_.storage_, storage::kGpuTier, pg.id, free + 1, core_.index_);
+    }
+  }
+  if (evicted > 0) (void)core_.storage_.flush();  // the moves' copies start now
+  core_.after_mutation();
+  return evicted;
+}
+
 Status MemoryControl::set_quota(TierKind kind, uint64_t bytes) {
   std::unique_lock lock(core_.mu_);
   const Result<storage::TierIndex> t = tier_index(core_.plan_, kind);

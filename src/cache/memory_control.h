@@ -8,6 +8,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "cache/rebalance_policy.h"
@@ -31,6 +32,7 @@ class MemoryControl {
   // Whether a rebalancing step would change a tier (shared lock), and the step (exclusive).
   bool need_adjustment() const;
   Result<bool> adjust();
+  Result<uint64_t> evict_ahead(std::span<const uint64_t> free_slots, uint64_t max_evictions);
   void clear_reusable_blocks();
   StorageStats storage_stats() const;
   // Refused while caches are open; afterwards create() is refused.

@@ -238,6 +238,24 @@ Result<uint64_t> HybridCacheManager::next_snapshot_point(uint64_t id) const {
   return std::max(next, history);
 }
 
+Result<uint64_t> HybridCacheManager::evict_ahead(uint64_t step_tokens) {
+  // Attention pages only: a step allocates a block per attention group every tokens_per_block
+  // tokens. Snapshots freed ahead were measured to cost reuse (bench/RESULTS.md, 2026-12-05).
+  const StoragePlan& plan = manager_->plan();
+  const uint64_t tpb = plan.config().tokens_per_block;
+  std::vector<uint64_t> free(plan.pool_groups().size(), 0);
+  for (const CacheGroup& g : plan.cache_groups()) {
+    if (g.kind == GroupKind::kAttention) free[g.pool_group.value] += (step_tokens + tpb - 1) / tpb;
+  }
+  uint64_t most = 0;
+  for (const PoolGroup& pg : plan.pool_groups()) {
+    uint64_t& f = free[pg.id.value];
+    f = std::min(f, plan.slots(TierKind::kGpu, pg.id) / 8);
+    most += f;
+  }
+  return manager_->evict_ahead(free, most);
+}
+
 Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
   Request* r;
   if (Status s = lookup(id, &r); !s) return s;

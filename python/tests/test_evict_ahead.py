@@ -1,0 +1,55 @@
+"""Eviction ahead of a step (issue 35, the worst step): while the GPU computes a step, the engine
+frees the GPU room the next step will allocate, so that step's allocations find it free."""
+
+from pathlib import Path
+
+import pytest
+
+import hybridkv as hk
+from test_hybridkv import small_manager_config  # one recurrent and one attention layer
+
+ROOT = Path(__file__).resolve().parents[2]
+NEMOTRON = str(ROOT / "models" / "nemotron_h_8b.json")
+
+
+def gpu_slots(stats, pool_group):
+    (row,) = [s for s in stats if s["tier"] == hk.TierKind.GPU and s["pool_group"] == pool_group]
+    return row
+
+
+def test_the_hybrid_manager_frees_a_steps_attention_pages_and_the_prompt_is_still_reused():
+    tiers = [hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=1 << 30),
+             hk.TierConfig(kind=hk.TierKind.HOST, quota_bytes=2 << 30)]
+    h = hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8),
+                              hk.ServingConfig(max_batch=4, tiers=tiers), hk.BackendKind.HOST)
+    attention = max(s["pool_group"] for s in h.storage_stats()
+                    if s["tier"] == hk.TierKind.GPU and s["total_slots"] > 1000)
+    prompts = []
+    for i in range(100):  # prompts computed and freed until the GPU's KV pool is nearly full
+        if gpu_slots(h.storage_stats(), attention)["free_slots"] < 64:
+            break
+        prompts.append([10_000 * (i + 1) + t for t in range(2048)])
+        h.add_request(i, prompts[-1])
+        h.resume(i)
+        h.resize(i, 2048, 2048)
+        h.commit_at_snapshot(i)
+        h.free_request(i)
+    before = gpu_slots(h.storage_stats(), attention)
+    assert before["free_slots"] < 64 and before["evictable_slots"] > 0
+    evicted = h.evict_ahead(4096)
+    after = gpu_slots(h.storage_stats(), attention)
+    assert evicted > 0
+    assert after["free_slots"] == before["free_slots"] + evicted
+    assert after["free_slots"] <= max(4096 // 16 * 2, after["total_slots"] // 8)
+    assert h.evict_ahead(4096) == 0  # the room is there: nothing more goes
+    h.add_request(500, prompts[0] + [1] * 100)  # the oldest prompt, moved to the host tier
+    assert h.request(500)["reused_tokens"] > 0
+    h.resume(500)
+
+
+def test_a_kv_cache_manager_names_a_wrong_list_of_pool_groups():
+    m = hk.KvCacheManager.create(small_manager_config())
+    groups = len(m.storage_stats()) // len({s["tier"] for s in m.storage_stats()})
+    assert m.evict_ahead([0] * groups, 10) == 0  # nothing asked, nothing evicted
+    with pytest.raises(ValueError, match=f"free_slots has {groups + 1} entries"):
+        m.evict_ahead([5] * (groups + 1), 10)

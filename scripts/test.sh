@@ -42,8 +42,11 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHYBRIDKV_SANITIZE=O
   -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF >/dev/null
 cmake --build build/asan -j "$jobs"
 phase "sanitizer CTest"
+# The randomized schedules' twins on memory the engine owns are left to the release CTest (each
+# took 40-140 s here for what the host-backend runs and the other engine twins already cover).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build/asan --output-on-failure -j "$jobs"
+  ctest --test-dir build/asan --output-on-failure -j "$jobs" \
+  -E '^(randomized_reuse_test|randomized_test)_engine$'
 
 phase "ThreadSanitizer build (copy engine and concurrency tests)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDKV_TSAN=ON \

@@ -143,7 +143,14 @@ class DisaggRole(enum.Enum):
 class HybridCacheManager:
     """Requests of a hybrid model on one rank (hybridkv/hybrid.h)."""
 
-    def __init__(self, model: ModelDescription, serving: ServingConfig, backend: BackendKind = BackendKind.HOST, device: int = 0) -> None: ...
+    def __init__(self, model: ModelDescription, serving: ServingConfig, backend: BackendKind = BackendKind.HOST, device: int = 0, devices: Sequence[int] = []) -> None:
+        """
+        devices: one tensor-parallel rank per entry, each rank's pools on that CUDA device (HOST: ranks in host memory); one set of tables for all ranks. Empty: one rank on `device`.
+        """
+
+    @property
+    def ranks(self) -> int:
+        """Tensor-parallel ranks whose pools it holds."""
 
     def add_request(self, request_id: int, prompt: Sequence[int]) -> None:
         """A new request, SUSPENDED, holding what the tree offers."""
@@ -196,9 +203,9 @@ class HybridCacheManager:
         Publishes the rest of the prompt and the generated tokens, with a snapshot at history (chat).
         """
 
-    def buffer_view(self, tier: TierKind, layer: int, role: str) -> object:
+    def buffer_view(self, tier: TierKind, layer: int, role: str, rank: int = 0) -> object:
         """
-        One buffer of one layer as a numpy array [slots, elements] over the manager's memory (row = slot index; bf16 shows as uint16).
+        One buffer of one layer as a numpy array [slots, elements] over the manager's memory (rank `rank`'s; row = slot index; bf16 shows as uint16).
         """
 
     def state_index(self, request_id: int, group: int | None = None, beam: int = 0) -> int:
@@ -219,19 +226,19 @@ class HybridCacheManager:
         One decode step for a batch, all or nothing: every request grows by one token. request_ids: a 1-D uint64 array or a list of ints, each request once and ACTIVE (else an error naming the request, and nothing changed). Returns numpy arrays of this step (state indices, replay indices, block tables of `group` [requests, blocks], -1 past a request's blocks) that own their memory: later steps leave them as they are.
         """
 
-    def step_buffers(self) -> tuple:
+    def step_buffers(self, rank: int = 0) -> tuple:
         """
-        The step's index buffers at fixed addresses, sized once for max_batch + dummy_slots entries and max_seq_len / tokens_per_block blocks: (state indices, replay indices, block tables [entries, table groups, max_blocks], the table groups). On the GPU with the cuda backend (DLPack capsules, each consumed once by torch.from_dlpack; a CUDA graph can capture kernels that read them), numpy otherwise. fill_step() rewrites them; -1 marks what is not in use.
-        """
-
-    def fill_step(self, request_ids: object, num_dummies: int = 0, stream: int = 0) -> list[int]:
-        """
-        Writes one step (every request ACTIVE, listed once; then num_dummies dummies) into step_buffers() with one copy ordered on `stream` (a cudaStream_t as an int; 0: the default stream). Returns the replay indices to reset before the step.
+        Rank `rank`'s copy of the step's index buffers at fixed addresses, sized once for max_batch + dummy_slots entries and max_seq_len / tokens_per_block blocks: (state indices, replay indices, block tables [entries, table groups, max_blocks], the table groups). On the GPU with the cuda backend (DLPack capsules, each consumed once by torch.from_dlpack; a CUDA graph can capture kernels that read them), numpy otherwise. fill_step() rewrites them; -1 marks what is not in use.
         """
 
-    def pool_view(self, tier: TierKind, pool_group: int, pool: int = 0) -> object:
+    def fill_step(self, request_ids: object, num_dummies: int = 0, stream: int = 0, streams: Sequence[int] = []) -> list[int]:
         """
-        A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.
+        Writes one step (every request ACTIVE, listed once; then num_dummies dummies) into every rank's step_buffers() with one copy each, ordered on `stream` (a cudaStream_t as an int; 0: the default stream) or on streams[rank] (one per rank). Returns the replay indices to reset before the step.
+        """
+
+    def pool_view(self, tier: TierKind, pool_group: int, pool: int = 0, rank: int = 0) -> object:
+        """
+        A pool of one tier as a numpy array [slots, slot bytes] over rank `rank`'s memory.
         """
 
     @property
@@ -263,9 +270,9 @@ class HybridCacheManager:
         Frees GPU slots for step_tokens new tokens in every attention group (at most 1/8 of a pool group) while the GPU computes a step, so the next step's allocations find them free; returns the pages evicted (moved down a tier or dropped, as an allocation would).
         """
 
-    def reset_replay(self, stream: int = 0) -> None:
+    def reset_replay(self, stream: int = 0, rank: int = 0) -> None:
         """
-        Zeroes the replay buffers of the last decode_step's replay_resets (one batched kernel on the CUDA stream with the cuda backend).
+        Zeroes rank `rank`'s replay buffers of the last decode_step's replay_resets (one batched kernel on the CUDA stream with the cuda backend); once per rank.
         """
 
     def scan_non_finite(self, request_id: int | None = None) -> list:

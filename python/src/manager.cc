@@ -52,18 +52,21 @@ int32_t state_index(Manager& m, uint64_t id, std::optional<uint32_t> group, uint
 // Pool memory as an array that keeps the manager alive: numpy where the CPU can address it; a
 // DLPack array on the CUDA device for the CUDA backend's GPU tier (torch.from_dlpack takes it).
 nb::object pool_array(Manager& m, nb::handle owner, TierKind tier, std::byte* at,
-                      const size_t shape[2], const int64_t strides[2], nb::dlpack::dtype dtype) {
+                      const size_t shape[2], const int64_t strides[2], nb::dlpack::dtype dtype,
+                      uint32_t rank) {
   if (tier == TierKind::kGpu && m.backend_kind() == BackendKind::kCuda) {
-    return nb::cast(
-        nb::ndarray<>(at, 2, shape, owner, strides, dtype, nb::device::cuda::value, m.device()));
+    return nb::cast(nb::ndarray<>(at, 2, shape, owner, strides, dtype, nb::device::cuda::value,
+                                  m.device(rank)));
   }
   return nb::cast(nb::ndarray<nb::numpy>(at, 2, shape, owner, strides, dtype));
 }
 
 // A whole pool of one tier as an array [slots, slot bytes] over the backend's memory (None for
 // the none backend, which holds no bytes).
-nb::object pool_view(nb::handle self, TierKind tier, uint32_t pool_group, uint32_t pool) {
+nb::object pool_view(nb::handle self, TierKind tier, uint32_t pool_group, uint32_t pool,
+                     uint32_t rank) {
   Manager& m = nb::cast<Manager&>(self);
+  m.check_rank(rank, "pool_view");
   const StoragePlan& plan = m.h().plan();
   if (pool_group >= plan.pool_groups().size())
     throw nb::value_error(("pool_view: no pool group " + std::to_string(pool_group)).c_str());
@@ -74,11 +77,11 @@ nb::object pool_view(nb::handle self, TierKind tier, uint32_t pool_group, uint32
                               .c_str());
   const TierPlan* t = plan.tier(tier);
   if (t == nullptr) throw nb::value_error("pool_view: the tier is not configured");
-  std::byte* base = m.slot_address(tier, PoolGroupId(pool_group), pool, 0);
+  std::byte* base = m.slot_address(tier, PoolGroupId(pool_group), pool, 0, rank);
   if (base == nullptr) return nb::none();
   const size_t shape[2] = {t->reserved_slots[pool_group], pg.pools[pool].slot_bytes};
   const int64_t strides[2] = {static_cast<int64_t>(pg.pools[pool].slot_bytes), 1};
-  return pool_array(m, self, tier, base, shape, strides, nb::dtype<uint8_t>());
+  return pool_array(m, self, tier, base, shape, strides, nb::dtype<uint8_t>(), rank);
 }
 
 // The element type numpy shows for a buffer dtype (bf16 and fp8 as raw integers of their width).
@@ -100,34 +103,37 @@ nb::dlpack::dtype numpy_dtype(std::optional<DType> dtype) {
 // One buffer of one layer across every slot of a tier: a numpy array [slots, elements] with the
 // pool's slot as the row stride, over the manager's memory (None for the none backend). The
 // SSM state of request r is row state_index(r) of its "ssm_state" buffer.
-nb::object buffer_view(nb::handle self, TierKind tier, uint32_t layer, const std::string& role) {
+nb::object buffer_view(nb::handle self, TierKind tier, uint32_t layer, const std::string& role,
+                       uint32_t rank) {
   Manager& m = nb::cast<Manager&>(self);
+  m.check_rank(rank, "buffer_view");
   const StoragePlan& plan = m.h().plan();
   const PlannedBuffer& b = *value_or_raise(plan.find_buffer(LayerId(layer), role));
   const TierPlan* t = plan.tier(tier);
   if (t == nullptr) throw nb::value_error("buffer_view: the tier is not configured");
-  std::byte* base = m.slot_address(tier, b.pool_group, b.pool, 0);
+  std::byte* base = m.slot_address(tier, b.pool_group, b.pool, 0, rank);
   if (base == nullptr) return nb::none();
   const uint64_t element = b.dtype ? dtype_size(*b.dtype) : 1;
   const uint64_t slot_bytes = plan.pool_group(b.pool_group).pools[b.pool].slot_bytes;
   const size_t shape[2] = {t->reserved_slots[b.pool_group.value], b.size / element};
   const int64_t strides[2] = {static_cast<int64_t>(slot_bytes / element), 1};
-  return pool_array(m, self, tier, base + b.offset, shape, strides, numpy_dtype(b.dtype));
+  return pool_array(m, self, tier, base + b.offset, shape, strides, numpy_dtype(b.dtype), rank);
 }
 
 // The step buffers (HybridCacheManager::step_buffers) as arrays over their fixed memory that
 // keep the manager alive: numpy on the host, DLPack on the GPU with the cuda backend (a CUDA
 // graph can capture kernels that read them). State and replay indices [capacity], block tables
 // [capacity, table groups, max_blocks].
-nb::tuple step_buffers(nb::handle self) {
+nb::tuple step_buffers(nb::handle self, uint32_t rank) {
   Manager& m = nb::cast<Manager&>(self);
+  m.check_rank(rank, "step_buffers");
   const HybridCacheManager::StepBuffers* v =
-      value_or_raise(m.locked([](HybridCacheManager& h) { return h.step_buffers(); }));
+      value_or_raise(m.locked([&](HybridCacheManager& h) { return h.step_buffers(rank); }));
   auto array = [&](const int32_t* at, size_t ndim, const size_t* shape) -> nb::object {
     auto* p = const_cast<int32_t*>(at);
     if (v->on_device)
       return nb::cast(nb::ndarray<int32_t>(p, ndim, shape, self, nullptr, nb::dtype<int32_t>(),
-                                           nb::device::cuda::value, m.device()));
+                                           nb::device::cuda::value, m.device(rank)));
     return nb::cast(nb::ndarray<nb::numpy, int32_t>(p, ndim, shape, self));
   };
   const size_t flat[1] = {v->capacity};
@@ -140,8 +146,14 @@ nb::tuple step_buffers(nb::handle self) {
 
 // Requests: their lifecycle, snapshots and what the manager knows of each.
 void bind_requests(nb::class_<Manager>& cls) {
-  cls.def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind, int>(), "model"_a,
-          "serving"_a, "backend"_a = BackendKind::kHost, "device"_a = 0)
+  cls.def(nb::init<const ModelDescription&, const ServingConfig&, BackendKind, int,
+                   std::vector<int>>(),
+          "model"_a, "serving"_a, "backend"_a = BackendKind::kHost, "device"_a = 0,
+          "devices"_a = std::vector<int>{},
+          "devices: one tensor-parallel rank per entry, each rank's pools on that CUDA device "
+          "(HOST: ranks in host memory); one set of tables for all ranks. Empty: one rank on "
+          "`device`.")
+      .def_prop_ro("ranks", &Manager::ranks, "Tensor-parallel ranks whose pools it holds.")
       .def(
           "add_request",
           [](Manager& m, uint64_t id, std::vector<int32_t> prompt) {
@@ -201,9 +213,9 @@ void bind_requests(nb::class_<Manager>& cls) {
 
 // The per-step handoff, memory views, statistics and rebalancing.
 void bind_steps(nb::class_<Manager>& cls) {
-  cls.def("buffer_view", &buffer_view, "tier"_a, "layer"_a, "role"_a,
+  cls.def("buffer_view", &buffer_view, "tier"_a, "layer"_a, "role"_a, "rank"_a = 0,
           "One buffer of one layer as a numpy array [slots, elements] over the manager's memory "
-          "(row = slot index; bf16 shows as uint16).");
+          "(rank `rank`'s; row = slot index; bf16 shows as uint16).");
   cls.def("state_index", &state_index, "request_id"_a, "group"_a = nb::none(), "beam"_a = 0,
           "The GPU slot of an ACTIVE request's recurrent state (row of buffer_view's "
           "'ssm_state' / 'conv_state'); `group` defaults to the state group.")
@@ -227,8 +239,9 @@ void bind_steps(nb::class_<Manager>& cls) {
           "this step (state indices, replay indices, block tables of `group` [requests, "
           "blocks], -1 past a request's blocks) that own their memory: later steps leave them "
           "as they are.")
-      .def("step_buffers", &step_buffers,
-           "The step's index buffers at fixed addresses, sized once for max_batch + dummy_slots "
+      .def("step_buffers", &step_buffers, "rank"_a = 0,
+           "Rank `rank`'s copy of the step's index buffers at fixed addresses, sized once for "
+           "max_batch + dummy_slots "
            "entries and max_seq_len / tokens_per_block blocks: (state indices, replay indices, "
            "block tables [entries, table groups, max_blocks], the table groups). On the GPU with "
            "the cuda backend (DLPack capsules, each consumed once by torch.from_dlpack; a CUDA "
@@ -236,15 +249,19 @@ void bind_steps(nb::class_<Manager>& cls) {
            "otherwise. fill_step() rewrites them; -1 marks what is not in use.")
       .def(
           "fill_step",
-          [](Manager& m, nb::handle ids, uint32_t dummies, uintptr_t stream) {
-            return m.fill_step(request_ids(ids, "fill_step: request_ids"), dummies, stream);
+          [](Manager& m, nb::handle ids, uint32_t dummies, uintptr_t stream,
+             std::vector<uintptr_t> streams) {
+            return m.fill_step(request_ids(ids, "fill_step: request_ids"), dummies, stream,
+                               streams);
           },
           "request_ids"_a, "num_dummies"_a = 0, "stream"_a = 0,
+          "streams"_a = std::vector<uintptr_t>{},
           "Writes one step (every request ACTIVE, listed once; then num_dummies dummies) into "
-          "step_buffers() with one copy ordered on `stream` (a cudaStream_t as an int; 0: the "
-          "default stream). Returns the replay indices to reset before the step.")
-      .def("pool_view", &pool_view, "tier"_a, "pool_group"_a, "pool"_a = 0,
-           "A pool of one tier as a numpy array [slots, slot bytes] over the manager's memory.")
+          "every rank's step_buffers() with one copy each, ordered on `stream` (a cudaStream_t "
+          "as an int; 0: the default stream) or on streams[rank] (one per rank). Returns the "
+          "replay indices to reset before the step.")
+      .def("pool_view", &pool_view, "tier"_a, "pool_group"_a, "pool"_a = 0, "rank"_a = 0,
+           "A pool of one tier as a numpy array [slots, slot bytes] over rank `rank`'s memory.")
       .def_prop_ro("state_group",
                    [](Manager& m) -> std::optional<uint32_t> {
                      const auto g = m.h().state_group();
@@ -290,14 +307,15 @@ void bind_steps(nb::class_<Manager>& cls) {
 void bind_diagnostics(nb::class_<Manager>& cls) {
   cls.def(
          "reset_replay",
-         [](Manager& m, uintptr_t stream) {
+         [](Manager& m, uintptr_t stream, uint32_t rank) {
+           m.check_rank(rank, "reset_replay");
            HybridCacheManager::Step step;
            step.replay_resets = m.replay_resets();
-           m.locked([&](HybridCacheManager& h) { h.reset_replay(step, Stream{stream}); });
+           m.locked([&](HybridCacheManager& h) { h.reset_replay(step, Stream{stream}, rank); });
          },
-         "stream"_a = 0,
-         "Zeroes the replay buffers of the last decode_step's replay_resets (one batched kernel "
-         "on the CUDA stream with the cuda backend).")
+         "stream"_a = 0, "rank"_a = 0,
+         "Zeroes rank `rank`'s replay buffers of the last decode_step's replay_resets (one "
+         "batched kernel on the CUDA stream with the cuda backend); once per rank.")
       .def(
           "scan_non_finite",
           [](Manager& m, std::optional<uint64_t> request_id) {

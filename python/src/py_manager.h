@@ -6,7 +6,9 @@
 #include <nanobind/ndarray.h>
 
 #include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "hybridkv/hybrid.h"
@@ -17,11 +19,14 @@ using IndexArray = nanobind::ndarray<nanobind::numpy, int32_t>;
 
 class Manager {
  public:
+  // `devices`: one tensor-parallel rank per entry (BackendOptions::devices); empty: one rank on
+  // `device`.
   Manager(const ModelDescription& model, const ServingConfig& serving, BackendKind backend,
-          int device)
-      : device_(device) {
-    h_ =
-        value_or_raise(HybridCacheManager::create(model, serving, BackendOptions{backend, device}));
+          int device, std::vector<int> devices)
+      : device_(device), devices_(devices) {
+    BackendOptions o{backend, device};
+    o.devices = std::move(devices);
+    h_ = value_or_raise(HybridCacheManager::create(model, serving, o));
   }
 
   // Runs `fn` on the manager with the GIL released and the manager's lock held.
@@ -68,12 +73,23 @@ class Manager {
 
   // prepare_step + fill_step as one call (HybridCacheManager::step_buffers); returns the
   // step's replay resets.
+  // Every rank's buffers are written, rank r's on streams[r] (one per rank), or all on `stream`
+  // when `streams` is empty (0: each device's default stream).
   std::vector<int32_t> fill_step(const std::vector<uint64_t>& ids, uint32_t dummies,
-                                 uintptr_t stream) {
+                                 uintptr_t stream, const std::vector<uintptr_t>& streams) {
+    const uint32_t n = ranks();
+    if (!streams.empty() && streams.size() != n) {
+      throw nanobind::value_error(("fill_step: streams has " + std::to_string(streams.size()) +
+                                   " entries; the manager has " + std::to_string(n) + " ranks")
+                                      .c_str());
+    }
     raise_if_error(locked([&](HybridCacheManager& h) -> Status {
       Result<HybridCacheManager::Step> step = h.prepare_step(ids, dummies);
       if (!step) return step.status();
-      if (Status s = h.fill_step(*step, Stream{stream}); !s) return s;
+      for (uint32_t r = 0; r < n; ++r) {
+        const Stream on{streams.empty() ? stream : streams[r]};
+        if (Status s = h.fill_step(*step, on, r); !s) return s;
+      }
       resets_ = step->replay_resets;
       keep_copies(*step);
       return Status::ok();
@@ -94,9 +110,19 @@ class Manager {
   }
 
   BackendKind backend_kind() const { return h_->manager().backend_kind(); }
-  int device() const { return device_; }
-  std::byte* slot_address(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot) {
-    return h_->manager().slot_address(tier, pg, pool, slot);
+  uint32_t ranks() const { return h_->manager().ranks(); }
+  // The CUDA device of a rank's memory. Requires: rank < ranks() (check_rank).
+  int device(uint32_t rank = 0) const { return devices_.empty() ? device_ : devices_[rank]; }
+  // ValueError naming `what` and the rank unless the manager has it.
+  void check_rank(uint32_t rank, const char* what) const {
+    if (rank < ranks()) return;
+    throw nanobind::value_error((std::string(what) + ": rank " + std::to_string(rank) +
+                                 "; the manager has " + std::to_string(ranks()) + " ranks")
+                                    .c_str());
+  }
+  std::byte* slot_address(TierKind tier, PoolGroupId pg, uint32_t pool, uint32_t slot,
+                          uint32_t rank) {
+    return h_->manager().slot_address(tier, pg, pool, slot, rank);
   }
 
  private:
@@ -159,6 +185,7 @@ class Manager {
 
   std::unique_ptr<HybridCacheManager> h_;
   int device_ = 0;
+  std::vector<int> devices_;
   // Requires mu_. A step's copies wait here until take_copies (none are lost between steps).
   void keep_copies(HybridCacheManager::Step& step) {
     for (EngineCopyBatch& b : step.copies) copies_.push_back(std::move(b));

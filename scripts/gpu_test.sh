@@ -86,6 +86,7 @@ sanitize() {
     sanitizer_run memcheck reuse_test
     sanitizer_run memcheck snapshot_precision_test
     sanitizer_run memcheck speculative_snapshot_test
+    sanitizer_run memcheck evict_ahead_test
   } > "$OUT/sanitizer.log" 2>&1
   grep -E " rc=" "$OUT/sanitizer.log" >> "$OUT/summary.txt"
 }

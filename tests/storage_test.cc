@@ -244,7 +244,7 @@ TEST_F(StorageTest, ShrinkingAPoolMovesOnlyThePagesInRetiredSlots) {
   ASSERT_EQ(free_gpu(), 16u);
   recorder_.updated.clear();
   (void)storage_->resize_pool(kGpuTier, pg_, total - 10);
-  recorder_.pages_updated(storage_->take_notices());
+  storage::deliver_notices(*storage_, recorder_);
   std::vector<OwnerTag> moved;
   for (size_t k = total - 10; k < total; ++k) moved.push_back(static_cast<OwnerTag>(k));
   EXPECT_EQ(recorder_.updated, moved);

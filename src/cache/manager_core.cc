@@ -199,9 +199,7 @@ void ManagerCore::make_room(const std::vector<uint64_t>& need) {
   }
 }
 
-void ManagerCore::deliver_notices() {
-  if (storage_.has_notices()) index_.pages_updated(storage_.take_notices());
-}
+void ManagerCore::deliver_notices() { storage::deliver_notices(storage_, index_); }
 
 void ManagerCore::rebuild_tables(CacheRecord& rec) {
   const uint64_t blocks = blocks_for(rec.capacity, plan_.config().tokens_per_block);

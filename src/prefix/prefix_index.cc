@@ -309,6 +309,11 @@ std::string PrefixIndex::check() const {
     const std::string name = "tree node " + std::to_string(id.value);
     if (tree_.find(n.key) != id) err = name + " is not indexed by its key";
     if (n.parent != kNoNode && n.start != tree_.node(n.parent).end()) err = name + ": start is off";
+    if (n.parent != kNoNode) {
+      const std::vector<NodeId>& kids = tree_.node(n.parent).children;
+      if (n.child_pos >= kids.size() || kids[n.child_pos] != id)
+        err = name + " is not at its place among its parent's children";
+    }
     if (n.tokens.size() > tpb || (n.full && n.parent != kNoNode && n.tokens.size() != tpb))
       err = name + " has a wrong token count";
     for (const CacheGroup& g : plan_.cache_groups()) {

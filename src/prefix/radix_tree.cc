@@ -96,6 +96,7 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
   for (NodePage& p : pages(id)) p = NodePage{};
   if (parent != kNoNode) {
     HKV_CHECK(node(parent).full, "a partial block cannot have children");
+    n.child_pos = static_cast<uint32_t>(node(parent).children.size());
     node(parent).children.push_back(id);
   }
   index_.insert(key, id);
@@ -107,9 +108,12 @@ void RadixTree::prune(NodeId id) {
     Node& n = node(id);
     if (!n.live || !empty(id) || !n.children.empty() || n.pins > 0) return;
     const NodeId parent = n.parent;
-    if (parent != kNoNode) {
+    if (parent != kNoNode) {  // the last child takes the hole
       std::vector<NodeId>& kids = node(parent).children;
-      kids.erase(std::find(kids.begin(), kids.end(), id));
+      const NodeId last = kids.back();
+      kids[n.child_pos] = last;
+      node(last).child_pos = n.child_pos;
+      kids.pop_back();
     }
     index_.erase(n.key);
     n.live = false;

@@ -38,7 +38,8 @@ struct Node {
   std::vector<int32_t> tokens;  // the block's tokens (empty for a root)
   bool full = false;            // tokens_per_block tokens (roots count as full)
   bool live = false;
-  std::vector<NodeId> children;  // full and partial
+  std::vector<NodeId> children;  // full and partial, in no particular order
+  uint32_t child_pos = 0;        // this node's index in its parent's children (O(1) prune)
   uint32_t pins = 0;             // roots, and caches committing under this node
   bool demanded = false;         // a lookup wanted an SSM snapshot at this block's end
   // A snapshot of an SSM group left this node (evicted or released) and none came back since:

@@ -13,8 +13,14 @@ void make_room(Storage& storage, TierIndex tier, PoolGroupId pg, uint64_t n, Pag
       owner.page_dropping(e->victim, v.owner, v.group);
     }
     storage.evict(*e);
-    if (storage.has_notices()) owner.pages_updated(storage.take_notices());
+    deliver_notices(storage, owner);
   }
+}
+
+void deliver_notices(Storage& storage, PageOwner& owner) {
+  if (!storage.has_notices()) return;
+  owner.pages_updated(storage.notices());
+  storage.clear_notices();
 }
 
 }  // namespace hybridkv::storage

@@ -20,11 +20,13 @@ class PageOwner {
   virtual ~PageOwner() = default;
   // The owned page is about to be dropped to make room: the owner forgets it.
   virtual void page_dropping(PageId page, OwnerTag owner, CacheGroupId group) = 0;
-  // Owned pages moved to another tier or had their priority set (Storage::take_notices).
+  // Owned pages moved to another tier or had their priority set (Storage::notices).
   virtual void pages_updated(std::span<const PageNotice> notices) = 0;
 };
 
 // Requires: storage.max_room(tier, pg) >= n. Evicts until n slots are free.
 void make_room(Storage& storage, TierIndex tier, PoolGroupId pg, uint64_t n, PageOwner& owner);
+// Hands the storage's notices to their owner and clears them.
+void deliver_notices(Storage& storage, PageOwner& owner);
 
 }  // namespace hybridkv::storage

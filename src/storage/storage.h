@@ -6,7 +6,7 @@
 // (set_owner: the prefix index keeps it, DROPPABLE once no cache refers to it). A page nobody
 // refers to and nobody owns is released on the spot. Storage knows nothing of what owns a page:
 // it never calls the owner; tier and priority changes of owned pages are kept as notices the
-// caller takes (take_notices) and hands on.
+// caller hands on (deliver_notices, room.h).
 //
 // Making room on tier t evicts from t's queues in value order (priority, then LRU): a HELD page
 // moves to the first tier below where room can be made (t+1, or a deeper one when t+1 holds
@@ -95,8 +95,10 @@ class Storage {
   // Applies it. Requires: it is the plan next_eviction just gave; for kMoveDown a free slot on
   // `below` (made with the victim pinned); for kDrop the owner has forgotten the victim.
   void evict(const Eviction& e);
-  // The notices of owned pages that moved or changed priority since the last take.
-  std::vector<PageNotice> take_notices() { return std::exchange(notices_, {}); }
+  // The notices of owned pages that moved or changed priority since the last clear (the
+  // vector keeps its capacity: an eviction loop allocates nothing for them).
+  std::span<const PageNotice> notices() const { return notices_; }
+  void clear_notices() { notices_.clear(); }
   bool has_notices() const { return !notices_.empty(); }
 
   // --- pressure (pool rebalancing) ---
@@ -279,7 +281,7 @@ class Storage {
   memory::MemoryBackend* backend_;
   const EvictionPolicy* eviction_;   // which victim (ManagerConfig::policies.eviction)
   const OffloadPolicy* offload_;     // copy down or drop (ManagerConfig::policies.offload)
-  std::vector<PageNotice> notices_;  // see take_notices
+  std::vector<PageNotice> notices_;  // see notices()
   std::vector<Tier> tiers_;
   std::vector<Page> pages_;
   std::vector<PageId> free_pages_;

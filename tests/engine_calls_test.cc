@@ -32,22 +32,27 @@ class EngineCalls : public ::testing::Test {
   std::mt19937_64 rng_{77};
 };
 
-TEST_F(EngineCalls, PrefetchOnboardsASuspendedCacheSoResumeOnlyWaits) {
-  auto m = make_manager(LifecycleModel{});
-  testing::FakeEngine engine(*m);
-  Request a = make_request(*m, random_tokens(rng_, 200), 160);
+// A computes 160 tokens and is suspended; B takes every free attention slot and twelve more:
+// twelve of A's pages go to the host.
+void suspend_a_with_twelve_pages_away(KvCacheManager& m, testing::FakeEngine& engine, Request& a,
+                                      Request& b, std::mt19937_64& rng) {
+  a = make_request(m, random_tokens(rng, 200), 160);
   ASSERT_OK(a.cache->resume({}));
   ASSERT_OK(advance(engine, a, 160));
   ASSERT_OK(a.cache->suspend());
-  // B takes every free attention slot and twelve more: twelve of A's pages go to the host.
-  Request b = make_request(*m, random_tokens(rng_, 5000), 5000);
+  b = make_request(m, random_tokens(rng, 5000), 5000);
   ASSERT_OK(b.cache->resume({}));
-  const uint64_t free_now =
-      m->storage_stats().tiers[0].pool_groups[kAttentionPool.value].free_slots;
+  const uint64_t free_now = m.storage_stats().tiers[0].pool_groups[kAttentionPool.value].free_slots;
   ASSERT_EQ((free_now + 12) % 2, 0u);  // full and window blocks come in pairs at history 0
   ASSERT_OK(b.cache->resize((free_now + 12) / 2 * 16, 0));
-  const size_t away = pages_on_host(*m);
-  ASSERT_EQ(away, 12u);
+  ASSERT_EQ(pages_on_host(m), 12u);
+}
+
+TEST_F(EngineCalls, PrefetchOnboardsASuspendedCacheSoResumeOnlyWaits) {
+  auto m = make_manager(LifecycleModel{});
+  testing::FakeEngine engine(*m);
+  Request a, b;
+  ASSERT_NO_FATAL_FAILURE(suspend_a_with_twelve_pages_away(*m, engine, a, b, rng_));
   // While B holds the whole GPU, a prefetch finds no room: refused, nothing changes.
   const std::string before = testing::debug_snapshot(*m);
   const Status full = a.cache->prefetch();
@@ -74,6 +79,37 @@ TEST_F(EngineCalls, PrefetchOnboardsASuspendedCacheSoResumeOnlyWaits) {
   ASSERT_OK(engine.verify(*a.cache, a.fake));
   EXPECT_EQ(a.cache->prefetch().code(), StatusCode::kFailedPrecondition);  // ACTIVE
   EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
+// A scheduler spreads a long prefix's onboarding over the steps before its resume.
+TEST_F(EngineCalls, PrefetchInPartsOnboardsAtMostTheAskedPagesEachCall) {
+  auto m = make_manager(LifecycleModel{});
+  testing::FakeEngine engine(*m);
+  Request a, b;
+  ASSERT_NO_FATAL_FAILURE(suspend_a_with_twelve_pages_away(*m, engine, a, b, rng_));
+  const std::string before = testing::debug_snapshot(*m);
+  EXPECT_EQ(a.cache->prefetch(5).status().code(), StatusCode::kOutOfPages);  // B holds the GPU
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
+  ASSERT_OK(b.cache->close());
+  const Result<uint64_t> none = a.cache->prefetch(0);
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("max_pages"), std::string::npos);
+  (void)m->take_iteration_stats();
+  size_t away = 12;
+  for (const uint64_t expected : {5u, 5u, 2u, 0u}) {  // fewer than asked: none is left away
+    const Result<uint64_t> moved = a.cache->prefetch(5);
+    ASSERT_TRUE(moved.is_ok()) << moved.status().to_string();
+    EXPECT_EQ(*moved, expected);
+    EXPECT_EQ(m->take_iteration_stats().pages_onboarded, expected);
+    away -= expected;
+    EXPECT_EQ(pages_on_host(*m), away);
+    EXPECT_EQ(a.cache->state(), CacheState::kSuspended);
+    EXPECT_EQ(testing::check_invariants(*m), "");
+  }
+  ASSERT_OK(a.cache->resume({}));
+  EXPECT_EQ(m->take_iteration_stats().pages_onboarded, 0u);
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
+  EXPECT_EQ(a.cache->prefetch(5).status().code(), StatusCode::kFailedPrecondition);  // ACTIVE
 }
 
 // A: 96 tokens computed from scratch and committed; B: the same prompt, matched.

@@ -279,6 +279,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--evict-ahead", o.evict_ahead,
                   "tokens of GPU room freed ahead of each step while the GPU computes (0: off; "
                   "the report times it apart from the step)");
+  sim->add_option("--admit-ahead", o.admit_ahead,
+                  "pages the next resumption or admission onboards ahead of each step while the "
+                  "GPU computes (its request created then; 0: off; timed apart from the step)");
   sim->add_option(
       "--snapshot-policy", o.snapshot_policy,
       "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, "

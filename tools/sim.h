@@ -24,6 +24,11 @@ struct SimOptions {
   // Tokens of GPU room freed ahead of each step while the GPU computes the one before
   // (HybridCacheManager::evict_ahead; 0: off): that time is off the step's critical path.
   uint64_t evict_ahead = 0;
+  // Pages the next resumption or admission onboards ahead of its step while the GPU computes
+  // the one before (0: off): the next admission's request is created then (its match) and its
+  // away pages come up in parts of at most this many (KvCache::prefetch), so that the resume
+  // at the step finds them on the GPU. That time too is off the step's critical path.
+  uint64_t admit_ahead = 0;
   std::string snapshot_policy = "periodic:512,aligned-end:512,branch,end,chunk";
   uint32_t spec_tokens = 0;
   std::string backend = "none";

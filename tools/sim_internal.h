@@ -37,12 +37,14 @@ enum SimOp : uint8_t {
   kOpCommit,
   kOpResize,
   kOpAdjust,
-  kOpAhead,  // off the step's critical path: not in its total
+  kOpEvictAhead,  // from here on: off the step's critical path, not in its total
+  kOpAdmitAhead,
   kSimOps
 };
 // Column names of --step-times.
-inline constexpr const char* kSimOpKeys[kSimOps] = {
-    "add_request", "resume", "suspend", "free", "commit", "resize", "rebalance", "evict_ahead"};
+inline constexpr const char* kSimOpKeys[kSimOps] = {"add_request", "resume",      "suspend",
+                                                    "free",        "commit",      "resize",
+                                                    "rebalance",   "evict_ahead", "admit_ahead"};
 inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)",
                                                      "resume",
                                                      "suspend",
@@ -50,7 +52,8 @@ inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)"
                                                      "commit_at_snapshot",
                                                      "resize",
                                                      "rebalance (need_adjustment, adjust)",
-                                                     "evict_ahead (while the GPU computes)"};
+                                                     "evict_ahead (while the GPU computes)",
+                                                     "admit_ahead (while the GPU computes)"};
 
 // What a run counted.
 struct SimCounters {
@@ -82,6 +85,7 @@ struct SimCounters {
   std::vector<double> step_us;                   // manager CPU time per step (critical path)
   std::vector<std::array<float, kSimOps>> step_ops_us;  // ... by call (SimOp)
   double shared_fetch_us = 0;
+  uint64_t pages_prefetched = 0;  // --admit-ahead: pages onboarded ahead of their resume
   double hash_ahead_us = 0;  // prompts' block keys, hashed off the step (hash_prompt)  // wall time
                              // of the shared-tier fetches (store round trips)
   std::vector<uint64_t> peak;  // peak GPU slots per pool group

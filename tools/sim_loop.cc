@@ -68,7 +68,7 @@ class Scheduler {
     const auto t0 = Clock::now();
     auto r = fn();
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    if (op != kOpAhead) manager_us_ += us;
+    if (op < kOpEvictAhead) manager_us_ += us;
     ops_us_[op] += static_cast<float>(us);
     return r;
   }
@@ -80,7 +80,7 @@ class Scheduler {
   void arrivals();
   void resume_suspended();
   void admit();
-  bool create(Running& r, const Waiting& w);
+  bool create(Running& r, const Waiting& w, SimOp op = kOpAdd);
   void step();
   // running_[i]'s share of the step; false when it left running_ (finished or preempted).
   bool advance(size_t i, uint64_t& budget);
@@ -92,6 +92,8 @@ class Scheduler {
   void record_step();
   void rebalance();
   void evict_ahead();
+  void admit_ahead();
+  void prefetch_ahead(uint64_t index, uint64_t& budget);
   void progress(bool last);
   std::string stuck_message() const;
 
@@ -149,7 +151,7 @@ void Scheduler::resume_suspended() {
   }
 }
 
-bool Scheduler::create(Running& r, const Waiting& w) {
+bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
   const TraceRequest& t = reqs_[w.index];
   const std::vector<int32_t> prompt = prompt_tokens(t);
   if (h_.serving().shared.store && w.order == kNoOrder) {  // a new request: the shared tier first
@@ -163,7 +165,7 @@ bool Scheduler::create(Running& r, const Waiting& w) {
   std::shared_ptr<const PromptKeys> keys = h_.manager().hash_prompt({}, prompt);
   c_.hash_ahead_us += std::chrono::duration<double, std::micro>(Clock::now() - hash_start).count();
   const Status added =
-      timed(kOpAdd, [&] { return h_.add_request(w.index, prompt, {}, std::move(keys)); });
+      timed(op, [&] { return h_.add_request(w.index, prompt, {}, std::move(keys)); });
   if (!added.is_ok()) {
     c_.error = "add_request: " + added.to_string();
     return false;
@@ -368,7 +370,42 @@ void Scheduler::rebalance() {
 // While the GPU computes the step: room for the next one.
 void Scheduler::evict_ahead() {
   if (o_.evict_ahead == 0) return;
-  check(timed(kOpAhead, [&] { return h_.evict_ahead(o_.evict_ahead); }).status(), "evict_ahead");
+  check(timed(kOpEvictAhead, [&] { return h_.evict_ahead(o_.evict_ahead); }).status(),
+        "evict_ahead");
+}
+
+// While the GPU computes the step: the next resumptions' and admission's away pages come up,
+// so that their resumes at the next step find them on the GPU. Only a request that could
+// resume now is prefetched (pages brought up for one that waits would only be demoted again).
+void Scheduler::admit_ahead() {
+  if (o_.admit_ahead == 0) return;
+  uint64_t budget = o_.admit_ahead;
+  size_t room = o_.max_batch > running_.size() ? o_.max_batch - running_.size() : 0;
+  for (size_t i = 0; i < suspended_.size() && room > 0 && budget > 0; ++i, --room)
+    prefetch_ahead(suspended_[i].index, budget);
+  if (!suspended_.empty() || room == 0 || budget == 0) return;
+  if (!admitting_ && !waiting_.empty()) {  // the next admission's request, created now
+    Running r;
+    if (!create(r, waiting_.front(), kOpAdmitAhead)) return;
+    waiting_.pop_front();
+    admitting_ = std::move(r);
+  }
+  if (admitting_) prefetch_ahead(admitting_->index, budget);
+}
+
+void Scheduler::prefetch_ahead(uint64_t index, uint64_t& budget) {
+  KvCache& cache = *h_.cache(index);
+  if (!timed(kOpAdmitAhead, [&] { return cache.can_resume(); }).is_ok()) {
+    budget = 0;  // it waits for room: so does every later one
+    return;
+  }
+  const Result<uint64_t> moved = timed(kOpAdmitAhead, [&] { return cache.prefetch(budget); });
+  if (!moved.is_ok()) {  // no room for them now: the resume will find out
+    budget = 0;
+    return;
+  }
+  c_.pages_prefetched += *moved;
+  budget -= *moved;
 }
 
 void Scheduler::record_step() {
@@ -442,6 +479,7 @@ bool Scheduler::tick() {
   if (!c_.error.empty()) return false;
   rebalance();
   evict_ahead();
+  admit_ahead();
   record_step();
   if (steps_without_progress_ >= kStuckSteps) c_.error = stuck_message();
   progress(false);

@@ -103,6 +103,11 @@ class KvCache {
   // demote them again. Out of room: kOutOfPages, nothing changes. A cache whose pages are all
   // on the GPU: OK, nothing to do.
   [[nodiscard]] Status prefetch();
+  // The same in parts: onboards at most max_pages (>= 1) of those pages and answers how many it
+  // onboarded (fewer than max_pages: none is left away), so that a scheduler can spread a long
+  // prefix's onboarding over the steps before the resume. Out of room: kOutOfPages, nothing
+  // changes; max_pages 0: kInvalidArgument.
+  [[nodiscard]] Result<uint64_t> prefetch(uint64_t max_pages);
   // Requires: ACTIVE.
   [[nodiscard]] Status suspend();
   // Requires: ACTIVE; history <= capacity; history >= history().

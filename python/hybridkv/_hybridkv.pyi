@@ -386,8 +386,10 @@ class KvCache:
         The copy event (a ticket) the engine waits on before touching the pages.
         """
 
-    def prefetch(self) -> None:
-        """Starts onboarding a SUSPENDED cache's pages so that resume only waits."""
+    def prefetch(self, max_pages: int | None = None) -> int:
+        """
+        Starts onboarding a SUSPENDED cache's pages so that resume only waits. With max_pages: at most that many, answering how many (fewer: none is left away), to spread a long prefix over steps; without: all of them (answers 0).
+        """
 
     def plan_snapshot_drop(self) -> PlannedDrop:
         """A PlannedDrop of the snapshots this cache would leave in the tree."""

@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <optional>
 
 #include "arrays.h"
 #include "bindings.h"
@@ -162,8 +163,18 @@ void bind_cache(nb::module_& m) {
           "ready_event", [](const KvCache& c) { return c.ready_event().ticket; },
           "The copy event (a ticket) the engine waits on before touching the pages.")
       .def(
-          "prefetch", [](KvCache& c) { raise_if_error(c.prefetch()); }, Release(),
-          "Starts onboarding a SUSPENDED cache's pages so that resume only waits.")
+          "prefetch",
+          [](KvCache& c, std::optional<uint64_t> max_pages) -> uint64_t {
+            if (!max_pages) {
+              raise_if_error(c.prefetch());
+              return 0;
+            }
+            return value_or_raise(c.prefetch(*max_pages));
+          },
+          "max_pages"_a = nb::none(), Release(),
+          "Starts onboarding a SUSPENDED cache's pages so that resume only waits. With max_pages: "
+          "at most that many, answering how many (fewer: none is left away), to spread a long "
+          "prefix over steps; without: all of them (answers 0).")
       .def(
           "plan_snapshot_drop", [](KvCache& c) { return value_or_raise(c.plan_snapshot_drop()); },
           Release(), "A PlannedDrop of the snapshots this cache would leave in the tree.")

@@ -428,6 +428,9 @@ def test_kv_cache_prefetch_ready_event_and_planned_drops():
     with pytest.raises(KeyError, match="already dropped"):
         drop.release()
     a.suspend()
+    with pytest.raises(ValueError, match="max_pages is 0"):
+        a.prefetch(max_pages=0)
+    assert a.prefetch(max_pages=8) == 0  # every page is on the GPU: nothing to onboard
     a.prefetch()
     a.resume()
     m.wait(a.ready_event)

@@ -42,7 +42,11 @@ Status KvCache::can_resume(const std::vector<CacheGroupId>& optional_groups) con
   return core_->can_resume(id_, optional_groups);
 }
 Status KvCache::suspend() { return core_->suspend(id_); }
-Status KvCache::prefetch() { return core_->prefetch(id_); }
+Status KvCache::prefetch() { return core_->prefetch(id_, UINT64_MAX).status(); }
+Result<uint64_t> KvCache::prefetch(uint64_t max_pages) {
+  if (max_pages == 0) return Status::invalid("prefetch: max_pages is 0; at least 1 page");
+  return core_->prefetch(id_, max_pages);
+}
 Status KvCache::set_swa_scratch(bool on) { return core_->set_swa_scratch(id_, on); }
 Result<ScratchDesc> KvCache::scratch(CacheGroupId group) const {
   return core_->scratch(id_, group);

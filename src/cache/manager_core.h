@@ -72,7 +72,8 @@ class ManagerCore {
   // What resume() would answer now, changing nothing (shared lock).
   Status can_resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups) const;
   Status suspend(uint32_t id);
-  Status prefetch(uint32_t id);
+  // Onboards at most max_pages away pages of a SUSPENDED cache; how many it onboarded.
+  Result<uint64_t> prefetch(uint32_t id, uint64_t max_pages);
   Status resize(uint32_t id, uint64_t capacity, uint64_t history);
   struct ResizeCall {
     uint32_t id = 0;

@@ -102,7 +102,7 @@ Status ManagerCore::can_resume(uint32_t id,
   return resume_allowed(id, chosen, true, needs);
 }
 
-Status ManagerCore::prefetch(uint32_t id) {
+Result<uint64_t> ManagerCore::prefetch(uint32_t id, uint64_t max_pages) {
   std::unique_lock lock(mu_);
   if (Status s = expect_state(id, CacheState::kSuspended, "prefetch"); !s) return s;
   CacheRecord& rec = caches_[id];
@@ -113,12 +113,11 @@ Status ManagerCore::prefetch(uint32_t id) {
     own.push_back(pid);
     storage_.exclude(excluded, pid);  // room is never made by demoting the cache's own pages
     const storage::Page& p = storage_.page(pid);
-    if (p.tier != TierKind::kGpu) {
-      ++need[p.pool_group.value];
-      away.push_back(pid);
-    }
+    if (p.tier == TierKind::kGpu || away.size() == max_pages) return;
+    ++need[p.pool_group.value];
+    away.push_back(pid);
   });
-  if (away.empty()) return Status::ok();
+  if (away.empty()) return uint64_t{0};
   if (Status s = check_room("prefetch", need, &excluded); !s)
     return Status(s.code(), label(id) + ": " + s.message());
   for (PageId pid : own) storage_.pin(pid);
@@ -128,7 +127,7 @@ Status ManagerCore::prefetch(uint32_t id) {
   for (PageId pid : own) storage_.unpin(pid);
   rec.note_ready(storage_.flush());
   after_mutation();
-  return Status::ok();
+  return away.size();
 }
 
 Status ManagerCore::resume_locked(uint32_t id, const std::vector<CacheGroupId>& optional_groups) {

@@ -44,8 +44,7 @@ class NewestFirst final : public storage::EvictionPolicy {
   std::string name() const override { return "test-newest-first"; }
   bool uses_demotion() const override { return false; }
   bool uses_prices() const override { return false; }
-  std::unique_ptr<storage::EvictionQueue> make_queue(std::vector<storage::Page>*,
-                                                     storage::QueueKind,
+  std::unique_ptr<storage::EvictionQueue> make_queue(storage::PageTable*, storage::QueueKind,
                                                      const uint64_t*) const override {
     return std::make_unique<NewestFirstQueue>();
   }

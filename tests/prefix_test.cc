@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -63,6 +64,56 @@ TEST(KeyIndex, RandomInsertsAndErasesAgreeWithAReferenceSet) {
     }
   }
   for (const auto& [k, id] : reference) EXPECT_EQ(index.find(k), id);
+  EXPECT_EQ(index.size(), reference.size());
+}
+
+// Growth in slices: while the doubled table is written and filled, every key stays findable
+// (inserted before, during or after, erased from either table), and no call copies the table.
+TEST(KeyIndex, GrowsInSlicesWithEveryKeyFindableThroughout) {
+  const char* env = std::getenv("HKV_SEED");
+  const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  KeyIndex index;
+  std::map<BlockKey, NodeId> reference;
+  std::vector<BlockKey> keys;  // every key ever inserted (erased ones included)
+  size_t growths = 0, checks_while_growing = 0;
+  bool was_growing = false;
+  for (uint32_t op = 0; op < 60000; ++op) {
+    const bool erase = !reference.empty() && rng() % 4 == 0;
+    if (erase) {
+      const BlockKey k = keys[rng() % keys.size()];
+      if (const auto it = reference.find(k); it != reference.end()) {
+        index.erase(k);
+        reference.erase(it);
+      }
+    } else {
+      BlockKey k = key_with_home(rng(), static_cast<uint8_t>(rng() % 4));
+      if (reference.count(k) == 0) {
+        index.insert(k, NodeId(op));
+        reference[k] = NodeId(op);
+        keys.push_back(k);
+      }
+    }
+    // The table inserts go to never fills past half, even while the old one is copied.
+    ASSERT_LE(index.size() * 2, index.capacity()) << "op " << op;
+    if (index.growing() && rng() % 16 == 0) {  // a sample of keys, mid-growth
+      ++checks_while_growing;
+      for (int i = 0; i < 32; ++i) {
+        const BlockKey& k = keys[rng() % keys.size()];
+        const auto it = reference.find(k);
+        ASSERT_EQ(index.find(k), it == reference.end() ? kNoNode : it->second) << "op " << op;
+      }
+    }
+    if (was_growing && !index.growing()) ++growths;
+    was_growing = index.growing();
+  }
+  EXPECT_GE(growths, 5u);  // 1,024 slots grown to 65,536 at least
+  EXPECT_GT(checks_while_growing, 100u);
+  for (const BlockKey& k : keys) {
+    const auto it = reference.find(k);
+    EXPECT_EQ(index.find(k), it == reference.end() ? kNoNode : it->second);
+  }
   EXPECT_EQ(index.size(), reference.size());
 }
 

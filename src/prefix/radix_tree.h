@@ -12,17 +12,13 @@
 #include <span>
 #include <vector>
 
-#include "util/huge_pages.h"
-
 #include "hybridkv/ids.h"
 #include "prefix/block_hash.h"
+#include "prefix/key_index.h"
 #include "storage/page.h"
+#include "util/chunked_rows.h"
 
 namespace hybridkv::prefix {
-
-struct NodeTag {};
-using NodeId = StrongId<NodeTag>;  // a tree block
-inline constexpr NodeId kNoNode{};
 
 struct NodePage {
   storage::PageId page = storage::kNoPage;
@@ -59,33 +55,9 @@ struct Node {
   uint64_t end() const { return start + tokens.size(); }
 };
 
-// Key -> node, open addressing with linear probing. Slots keep the whole key, so a lookup
-// touches one cache line (and can be prefetched): with a million blocks the index is the
-// dominant memory access of a match.
-class KeyIndex {
- public:
-  NodeId find(const BlockKey& key) const;
-  void insert(const BlockKey& key, NodeId id);  // Requires: key absent
-  void erase(const BlockKey& key);              // Requires: key present
-  void prefetch(const BlockKey& key) const {
-    if (!slots_.empty()) __builtin_prefetch(&slots_[home(key)]);
-  }
-  size_t size() const { return size_; }
-
- private:
-  struct Slot {
-    BlockKey key;
-    NodeId id = kNoNode;
-  };
-  size_t home(const BlockKey& key) const { return BlockKeyHash()(key) & (slots_.size() - 1); }
-  void grow();
-  std::vector<Slot, HugePageAllocator<Slot>> slots_;
-  size_t size_ = 0;
-};
-
 class RadixTree {
  public:
-  explicit RadixTree(size_t num_groups) : num_groups_(num_groups) {}
+  explicit RadixTree(size_t num_groups) : pages_(num_groups) {}
 
   NodeId find(const BlockKey& key) const { return index_.find(key); }
   void prefetch(const BlockKey& key) const { index_.prefetch(key); }
@@ -96,30 +68,25 @@ class RadixTree {
   // Removes `id` and then its ancestors while they are empty, childless and unpinned.
   void prune(NodeId id);
 
-  Node& node(NodeId id) { return nodes_[id.value]; }
-  const Node& node(NodeId id) const { return nodes_[id.value]; }
-  // The node's page per cache group (kept in one flat array, for locality).
-  std::span<NodePage> pages(NodeId id) {
-    return std::span<NodePage>(pages_).subspan(id.value * num_groups_, num_groups_);
-  }
-  std::span<const NodePage> pages(NodeId id) const {
-    return std::span<const NodePage>(pages_).subspan(id.value * num_groups_, num_groups_);
-  }
+  Node& node(NodeId id) { return nodes_.at(id.value); }
+  const Node& node(NodeId id) const { return nodes_.at(id.value); }
+  // The node's page per cache group (one row of num_groups pages, for locality).
+  std::span<NodePage> pages(NodeId id) { return pages_.row(id.value); }
+  std::span<const NodePage> pages(NodeId id) const { return pages_.row(id.value); }
   bool empty(NodeId id) const;
   size_t capacity() const { return nodes_.size(); }
   size_t size() const { return index_.size(); }
 
  private:
-  size_t num_groups_;
-  std::vector<Node> nodes_;
-  std::vector<NodePage> pages_;  // num_groups_ per node
+  ChunkedRows<Node> nodes_{1};
+  ChunkedRows<NodePage> pages_;  // num_groups_ per node
   std::vector<NodeId> free_;
   // Every live node of the tree in id order (for checks and dumps).
  public:
   template <typename Fn>
   void for_each_node(Fn&& fn) const {
     for (uint32_t i = 0; i < nodes_.size(); ++i) {
-      if (nodes_[i].live) fn(NodeId(i), nodes_[i]);
+      if (nodes_.at(i).live) fn(NodeId(i), nodes_.at(i));
     }
   }
   KeyIndex index_;

@@ -52,7 +52,7 @@ class EvictionPolicy {
   virtual bool uses_demotion() const = 0;
   virtual bool uses_prices() const = 0;
   // A queue of `kind` over `pages`; `clock` is the storage's tick (Page::lru_tick's clock).
-  virtual std::unique_ptr<EvictionQueue> make_queue(std::vector<Page>* pages, QueueKind kind,
+  virtual std::unique_ptr<EvictionQueue> make_queue(PageTable* pages, QueueKind kind,
                                                     const uint64_t* clock) const = 0;
   // Of the heads of the HELD and the DROPPABLE queue, whether `a` goes before `b`.
   virtual bool evicted_before(const Page& a, const Page& b, uint64_t now) const = 0;

@@ -15,6 +15,7 @@
 #include "hybridkv/ids.h"
 #include "hybridkv/memory.h"
 #include "hybridkv/plan.h"
+#include "util/chunked_rows.h"
 
 namespace hybridkv::storage {
 
@@ -108,5 +109,8 @@ struct Page {
     return PageState::kReleased;
   }
 };
+
+// Every page record by id, in chunks that never move (a new page copies no other).
+using PageTable = ChunkedRows<Page>;
 
 }  // namespace hybridkv::storage

@@ -22,7 +22,7 @@ namespace {
 
 class RankedLruQueue final : public EvictionQueue {
  public:
-  RankedLruQueue(std::vector<Page>* pages, QueueKind kind, const uint64_t* clock)
+  RankedLruQueue(PageTable* pages, QueueKind kind, const uint64_t* clock)
       : pages_(pages), kind_(kind), clock_(clock) {}
 
   void push_back(PageId id) override {
@@ -110,7 +110,7 @@ class RankedLruQueue final : public EvictionQueue {
     return best;
   }
 
-  std::vector<Page>* pages_;
+  PageTable* pages_;
   QueueKind kind_;
   const uint64_t* clock_;
   Buckets buckets_;  // by key()
@@ -124,7 +124,7 @@ class RankedLruPolicy final : public EvictionPolicy {
   std::string name() const override { return name_; }
   bool uses_demotion() const override { return demotion_; }
   bool uses_prices() const override { return prices_; }
-  std::unique_ptr<EvictionQueue> make_queue(std::vector<Page>* pages, QueueKind kind,
+  std::unique_ptr<EvictionQueue> make_queue(PageTable* pages, QueueKind kind,
                                             const uint64_t* clock) const override {
     return std::make_unique<RankedLruQueue>(pages, kind, clock);
   }

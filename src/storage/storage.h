@@ -217,7 +217,7 @@ class Storage {
     uint64_t copies = 0;              // kept copies: room nothing else needed
     std::unique_ptr<EvictionQueue> held;
     std::unique_ptr<EvictionQueue> droppable;
-    PoolSlots(const EvictionPolicy& policy, std::vector<Page>* pages, const uint64_t* clock)
+    PoolSlots(const EvictionPolicy& policy, PageTable* pages, const uint64_t* clock)
         : held(policy.make_queue(pages, QueueKind::kHeld, clock)),
           droppable(policy.make_queue(pages, QueueKind::kDroppable, clock)) {}
     EvictionQueue& queue(QueueKind kind) { return kind == QueueKind::kHeld ? *held : *droppable; }
@@ -283,7 +283,7 @@ class Storage {
   const OffloadPolicy* offload_;     // copy down or drop (ManagerConfig::policies.offload)
   std::vector<PageNotice> notices_;  // see notices()
   std::vector<Tier> tiers_;
-  std::vector<Page> pages_;
+  PageTable pages_{1};
   std::vector<PageId> free_pages_;
   uint64_t tick_ = 0;
   IterationStats stats_;

@@ -8,9 +8,11 @@
 
 namespace hybridkv {
 
-// Returns the id of a default-constructed entry of `table`. Id: uint32_t or a StrongId.
-template <typename Id, typename T>
-Id take_dense_id(std::vector<T>& table, std::vector<Id>& free_ids) {
+// Returns the id of a default-constructed entry of `table` (a std::vector or a ChunkedRows).
+// Id: uint32_t or a StrongId.
+template <typename Id, typename Table>
+Id take_dense_id(Table& table, std::vector<Id>& free_ids) {
+  using T = std::remove_reference_t<decltype(table[0])>;
   if (!free_ids.empty()) {
     const Id id = free_ids.back();
     free_ids.pop_back();

@@ -28,6 +28,14 @@ BlockKey key_with_home(uint64_t home, uint8_t tag) {
   return k;
 }
 
+// A generator seeded from HKV_SEED (else at random), the seed printed for a replay.
+std::mt19937_64 seeded_rng() {
+  const char* env = std::getenv("HKV_SEED");
+  const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
+
 TEST(KeyIndex, DeletionKeepsEveryProbeChainIntact) {
   // Keys that share a home slot form one probe chain; deleting from its middle must leave the
   // rest findable (backward-shift deletion), also across the table's wrap-around.
@@ -45,10 +53,7 @@ TEST(KeyIndex, DeletionKeepsEveryProbeChainIntact) {
 }
 
 TEST(KeyIndex, RandomInsertsAndErasesAgreeWithAReferenceSet) {
-  const char* env = std::getenv("HKV_SEED");
-  const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = seeded_rng();
   KeyIndex index;
   std::map<BlockKey, NodeId> reference;
   for (int op = 0; op < 20000; ++op) {
@@ -70,10 +75,7 @@ TEST(KeyIndex, RandomInsertsAndErasesAgreeWithAReferenceSet) {
 // Growth in slices: while the doubled table is written and filled, every key stays findable
 // (inserted before, during or after, erased from either table), and no call copies the table.
 TEST(KeyIndex, GrowsInSlicesWithEveryKeyFindableThroughout) {
-  const char* env = std::getenv("HKV_SEED");
-  const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = seeded_rng();
   KeyIndex index;
   std::map<BlockKey, NodeId> reference;
   std::vector<BlockKey> keys;  // every key ever inserted (erased ones included)

@@ -81,6 +81,7 @@ class Scheduler {
   void resume_suspended();
   void admit();
   bool create(Running& r, const Waiting& w, SimOp op = kOpAdd);
+  bool create_next(SimOp op);
   void step();
   // running_[i]'s share of the step; false when it left running_ (finished or preempted).
   bool advance(size_t i, uint64_t& budget);
@@ -193,16 +194,20 @@ bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
   return true;
 }
 
+// The first waiting request, created into admitting_ (timed as `op`).
+bool Scheduler::create_next(SimOp op) {
+  Running r;
+  if (!create(r, waiting_.front(), op)) return false;
+  waiting_.pop_front();
+  admitting_ = std::move(r);
+  return true;
+}
+
 // New requests only while no preempted request waits, and only what can resume now.
 void Scheduler::admit() {
   while (suspended_.empty() && running_.size() < o_.max_batch &&
          (admitting_ || !waiting_.empty())) {
-    if (!admitting_) {
-      Running r;
-      if (!create(r, waiting_.front())) return;
-      waiting_.pop_front();
-      admitting_ = std::move(r);
-    }
+    if (!admitting_ && !create_next(kOpAdd)) return;
     Running& r = *admitting_;
     const Status can = h_.cache(r.index)->can_resume();
     if (!can.is_ok()) {
@@ -384,12 +389,8 @@ void Scheduler::admit_ahead() {
   for (size_t i = 0; i < suspended_.size() && room > 0 && budget > 0; ++i, --room)
     prefetch_ahead(suspended_[i].index, budget);
   if (!suspended_.empty() || room == 0 || budget == 0) return;
-  if (!admitting_ && !waiting_.empty()) {  // the next admission's request, created now
-    Running r;
-    if (!create(r, waiting_.front(), kOpAdmitAhead)) return;
-    waiting_.pop_front();
-    admitting_ = std::move(r);
-  }
+  // The next admission's request, created now.
+  if (!admitting_ && !waiting_.empty() && !create_next(kOpAdmitAhead)) return;
   if (admitting_) prefetch_ahead(admitting_->index, budget);
 }
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import hybridkv as hk
-from test_hybridkv import small_manager_config  # one recurrent and one attention layer
+from test_manager_api import small_manager_config  # one recurrent and one attention layer
 
 ROOT = Path(__file__).resolve().parents[2]
 NEMOTRON = str(ROOT / "models" / "nemotron_h_8b.json")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import hybridkv as hk
-from test_hybridkv import small_manager_config
+from test_manager_api import small_manager_config
 
 
 @pytest.fixture

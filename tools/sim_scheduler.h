@@ -1,0 +1,115 @@
+// The scheduler loop of `hybridkv sim` (sim_loop.cc: arrivals, admission, the step and
+// preemption; sim_between.cc: what runs between two steps and the step's record). Internal to
+// the tools.
+#pragma once
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim_internal.h"
+
+namespace hybridkv::tools {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kNoOrder = UINT64_MAX;
+// Steps without a newly computed token before the run is declared stuck. A healthy run computes
+// tokens every step (every running request decodes or prefills).
+constexpr uint64_t kStuckSteps = 1000;
+
+struct Waiting {
+  uint64_t index = 0;
+  uint64_t order = kNoOrder;  // first-admission order; kNoOrder: never admitted
+  uint64_t high_water = 0;    // most tokens ever computed for it
+};
+
+struct Running {
+  uint64_t index = 0;
+  uint64_t order = 0;
+  uint64_t high_water = 0;
+  uint64_t generated = 0;
+  testing::FakeRequest fake;
+};
+
+inline bool older(const Running& a, const Running& b) { return a.order < b.order; }
+
+class Scheduler {
+ public:
+  Scheduler(const SimOptions& o, const std::vector<TraceRequest>& reqs,
+            const std::vector<uint64_t>& bound, HybridCacheManager& h, testing::FakeEngine* engine)
+      : o_(o), reqs_(reqs), bound_(bound), h_(h), engine_(engine) {
+    longest_ = h.manager().clamp_max_seq_len_for_mem(UINT64_MAX);
+    preempt_by_swap_ = h.plan().tiers().size() > 1;  // a colder tier can take suspended pages
+    tty_ = !o.quiet && isatty(STDERR_FILENO);
+    c_.peak.assign(h.plan().pool_groups().size(), 0);
+  }
+
+  // One iteration: arrivals, resumption, admission and a step; false once the run is over
+  // (every request finished, or an error).
+  bool tick();
+  SimCounters finish_run();
+
+ private:
+  template <typename Fn>
+  auto timed(SimOp op, Fn&& fn) {
+    const auto t0 = Clock::now();
+    auto r = fn();
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (op < kOpEvictAhead) manager_us_ += us;
+    ops_us_[op] += static_cast<float>(us);
+    return r;
+  }
+  void check(const Status& s, const char* what) {
+    if (s.is_ok()) return;
+    if (c_.error.empty()) c_.error = std::string(what) + ": " + s.to_string();
+    ++c_.mismatches;
+  }
+  void arrivals();
+  void resume_suspended();
+  void admit();
+  bool create(Running& r, const Waiting& w, SimOp op = kOpAdd);
+  bool create_next(SimOp op);
+  void step();
+  // running_[i]'s share of the step; false when it left running_ (finished or preempted).
+  bool advance(size_t i, uint64_t& budget);
+  // Makes room for `for_request` (preempting newer requests or freeing suspended ones).
+  bool preempt_for(const Running& for_request);
+  void suspend(Running& victim);
+  void recompute(Running victim);
+  void finish(Running& r);
+  void record_step();
+  void rebalance();
+  void evict_ahead();
+  void admit_ahead();
+  void prefetch_ahead(uint64_t index, uint64_t& budget);
+  void progress(bool last);
+  std::string stuck_message() const;
+
+  const SimOptions& o_;
+  const std::vector<TraceRequest>& reqs_;
+  const std::vector<uint64_t>& bound_;
+  HybridCacheManager& h_;
+  testing::FakeEngine* engine_;
+  uint64_t longest_ = 0;  // the longest request the GPU tier holds
+  bool preempt_by_swap_ = false;
+  SimCounters c_;
+  std::deque<Waiting> waiting_;       // by order, never-admitted requests last in arrival order
+  std::optional<Running> admitting_;  // created, waiting for room to resume
+  std::vector<Running> running_;      // oldest first
+  std::vector<Running> suspended_;    // oldest first
+  uint64_t next_arrival_ = 0, finished_ = 0, clock_ms_ = 0, next_order_ = 0;
+  uint64_t steps_without_progress_ = 0;
+  bool progressed_ = false;
+  std::string last_refusal_;
+  double manager_us_ = 0;
+  std::array<float, kSimOps> ops_us_{};
+  bool tty_ = false;
+  Clock::time_point last_progress_ = Clock::now();
+};
+
+}  // namespace hybridkv::tools

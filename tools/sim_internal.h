@@ -37,14 +37,15 @@ enum SimOp : uint8_t {
   kOpCommit,
   kOpResize,
   kOpAdjust,
+  kOpCanResume,
   kOpEvictAhead,  // from here on: off the step's critical path, not in its total
   kOpAdmitAhead,
   kSimOps
 };
 // Column names of --step-times.
-inline constexpr const char* kSimOpKeys[kSimOps] = {"add_request", "resume",      "suspend",
-                                                    "free",        "commit",      "resize",
-                                                    "rebalance",   "evict_ahead", "admit_ahead"};
+inline constexpr const char* kSimOpKeys[kSimOps] = {
+    "add_request", "resume",    "suspend",    "free",        "commit",
+    "resize",      "rebalance", "can_resume", "evict_ahead", "admit_ahead"};
 inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)",
                                                      "resume",
                                                      "suspend",
@@ -52,6 +53,7 @@ inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)"
                                                      "commit_at_snapshot",
                                                      "resize",
                                                      "rebalance (need_adjustment, adjust)",
+                                                     "can_resume (before a resume)",
                                                      "evict_ahead (while the GPU computes)",
                                                      "admit_ahead (while the GPU computes)"};
 

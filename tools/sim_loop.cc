@@ -40,7 +40,7 @@ void Scheduler::arrivals() {
 void Scheduler::resume_suspended() {
   while (!suspended_.empty() && running_.size() < o_.max_batch) {
     Running& r = suspended_.front();
-    const Status can = h_.cache(r.index)->can_resume();
+    const Status can = timed(kOpCanResume, [&] { return h_.cache(r.index)->can_resume(); });
     if (!can.is_ok()) {
       last_refusal_ = can.message();
       return;
@@ -110,7 +110,7 @@ void Scheduler::admit() {
          (admitting_ || !waiting_.empty())) {
     if (!admitting_ && !create_next(kOpAdd)) return;
     Running& r = *admitting_;
-    const Status can = h_.cache(r.index)->can_resume();
+    const Status can = timed(kOpCanResume, [&] { return h_.cache(r.index)->can_resume(); });
     if (!can.is_ok()) {
       ++c_.failed_admissions;
       last_refusal_ = can.message();

@@ -96,13 +96,22 @@ std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint
       need[g.pool_group.value] += std::count(gs.pages.begin(), gs.pages.end(), kNoPage);
       continue;
     }
-    // Blocks the rows already cover: page by page.
+    // Blocks the rows already cover: page by page (a row's holes at once where every block is
+    // live and has one page).
     const uint64_t have = gs.pages.size() / rec.beam_width;
-    for (uint64_t b = from_block; b < std::min(blocks, have); ++b) {
-      if (!block_needed(g, b, capacity, history)) continue;
-      if (!skip.empty() && skip[g.id.value].contains(b)) continue;
-      for (uint32_t k = 0; k < rec.beams_at(b); ++k) {
-        if (gs.pages[b * rec.beam_width + k] == kNoPage) ++need[g.pool_group.value];
+    const uint64_t covered = std::min(blocks, have);
+    if (!g.window && skip.empty() && rec.beam_width == 1) {
+      if (from_block < covered) {
+        const auto row = gs.pages.begin();
+        need[g.pool_group.value] += std::count(row + from_block, row + covered, kNoPage);
+      }
+    } else {
+      for (uint64_t b = from_block; b < covered; ++b) {
+        if (!block_needed(g, b, capacity, history)) continue;
+        if (!skip.empty() && skip[g.id.value].contains(b)) continue;
+        for (uint32_t k = 0; k < rec.beams_at(b); ++k) {
+          if (gs.pages[b * rec.beam_width + k] == kNoPage) ++need[g.pool_group.value];
+        }
       }
     }
     // Blocks past the rows need every page: counted by ranges (a capacity of millions of

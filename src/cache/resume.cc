@@ -31,7 +31,7 @@ ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool 
                              (g.kind == GroupKind::kSsm || block + 1 == rec.attention_blocks);
     const uint32_t pg = p.pool_group.value;
     if (dropped_now || p.tier != TierKind::kGpu) ++n.pages[pg];
-    storage_.exclude(n.excluded, pid);
+    storage_.exclude(n.excluded, p);
     // A replacement page stays locked, and so does an own page the resume locks, unless it is
     // only the source of a private copy (onboarded if it must be, then let go).
     if (dropped_now) ++n.locked[pg];

@@ -51,8 +51,7 @@ Exclusions Storage::empty_exclusions() const {
   return Exclusions(tiers_.size(), std::vector<uint64_t>(plan_.pool_groups().size(), 0));
 }
 
-void Storage::exclude(Exclusions& excluded, PageId id) const {
-  const Page& p = page(id);
+void Storage::exclude(Exclusions& excluded, const Page& p) const {
   if (p.queue != QueueKind::kNone) ++excluded[p.tier_index.value][p.pool_group.value];
 }
 

@@ -78,7 +78,8 @@ class Storage {
   TierKind tier_kind(TierIndex tier) const { return tiers_[tier.value].kind; }
   Exclusions empty_exclusions() const;
   // Counts a queued page of an operation's own caches as no room for it.
-  void exclude(Exclusions& excluded, PageId id) const;
+  void exclude(Exclusions& excluded, PageId id) const { exclude(excluded, page(id)); }
+  void exclude(Exclusions& excluded, const Page& p) const;
 
   struct SlotCounts {
     uint64_t total = 0;

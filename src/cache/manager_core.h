@@ -164,8 +164,11 @@ class ManagerCore {
   // The checks of a resume (state, OPTIONAL choice, utilization gate, room) on `rec`.
   // `needs` receives what the resume needs (the same computation the resume then uses).
   Status resume_allowed(uint32_t id, const CacheRecord& rec, bool first, ResumeNeeds& needs) const;
-  ResumeNeeds resume_needs(const CacheRecord& rec, bool first) const;
-  Status utilization_gate(uint32_t id, const ResumeNeeds& needs) const;
+  // `fresh`: new_pages_needed at the cache's capacity and history.
+  ResumeNeeds resume_needs(const CacheRecord& rec, bool first,
+                           const std::vector<uint64_t>& fresh) const;
+  Status utilization_gate(uint32_t id, const std::vector<uint64_t>& locked_by_resume,
+                          bool fresh_only) const;
   void attach_match(CacheRecord& rec, const prefix::MatchPlan& plan);
   Status choose_optional_groups(uint32_t id, const std::vector<CacheGroupId>& chosen,
                                 CacheRecord& rec) const;

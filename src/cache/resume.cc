@@ -18,8 +18,8 @@ struct ManagerCore::ResumeNeeds {
   storage::Exclusions excluded;  // own queued pages, per tier: no room for the resume
 };
 
-ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool first) const {
-  const std::vector<uint64_t> fresh = new_pages_needed(rec, rec.capacity, rec.history, 0);
+ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool first,
+                                                   const std::vector<uint64_t>& fresh) const {
   ResumeNeeds n{fresh, fresh, storage_.empty_exclusions()};
   for_each_page(rec, [&](PageId pid, const CacheGroup& g, uint64_t block) {
     const storage::Page& p = storage_.page(pid);
@@ -52,21 +52,24 @@ ManagerCore::ResumeNeeds ManagerCore::resume_needs(const CacheRecord& rec, bool 
   return n;
 }
 
-// The utilization gate: what would be locked after the resume, per GPU pool group.
-Status ManagerCore::utilization_gate(uint32_t id, const ResumeNeeds& needs) const {
+// The utilization gate: what would be locked after the resume, per GPU pool group (`locked`:
+// slots the resume newly locks; `fresh_only`: only its fresh pages, a lower bound).
+Status ManagerCore::utilization_gate(uint32_t id, const std::vector<uint64_t>& locked_by_resume,
+                                     bool fresh_only) const {
   const double util = plan_.config().max_util_for_resume;
   for (const PoolGroup& pg : plan_.pool_groups()) {
     const storage::Storage::SlotCounts n = storage_.counts(kGpuTier, pg.id);
     const uint64_t total = n.total;
     const uint64_t locked = n.total - n.free - n.evictable;
-    const uint64_t after = locked + needs.locked[pg.id.value];
+    const uint64_t after = locked + locked_by_resume[pg.id.value];
     const uint64_t usable = plan_detail::usable_slots(total, util);
     if (after > usable) {
       return Status(StatusCode::kRefused,
                     label(id) + ": resume refused: pool group " + std::to_string(pg.id.value) +
                         " (GPU) would have " + std::to_string(after) + " of " +
                         std::to_string(total) + " slots locked, above max_util_for_resume " +
-                        std::to_string(util) + " (" + std::to_string(usable) + " slots)");
+                        std::to_string(util) + " (" + std::to_string(usable) + " slots)" +
+                        (fresh_only ? ", counting only its fresh pages" : ""));
     }
   }
   return Status::ok();
@@ -83,8 +86,12 @@ Status ManagerCore::resume(uint32_t id, const std::vector<CacheGroupId>& optiona
 
 Status ManagerCore::resume_allowed(uint32_t id, const CacheRecord& rec, bool first,
                                    ResumeNeeds& needs) const {
-  needs = resume_needs(rec, first);
-  if (Status s = utilization_gate(id, needs); !s) return s;
+  // A request waiting for room is asked about every step: a gate its fresh pages alone fail
+  // refuses it without reading its pages.
+  const std::vector<uint64_t> fresh = new_pages_needed(rec, rec.capacity, rec.history, 0);
+  if (Status s = utilization_gate(id, fresh, true); !s) return s;
+  needs = resume_needs(rec, first, fresh);
+  if (Status s = utilization_gate(id, needs.locked, false); !s) return s;
   if (Status s = check_room("resume", needs.pages, &needs.excluded); !s)
     return Status(s.code(), label(id) + ": " + s.message());
   return Status::ok();

@@ -10,6 +10,8 @@
 // progress); LOCKED pages sit in none.
 #pragma once
 
+#include <cstddef>
+
 #include <cstdint>
 
 #include "hybridkv/ids.h"
@@ -79,7 +81,7 @@ struct alignas(64) Page {
   // How fast the page ages in its queue (value-aware eviction): its wait counts
   // age_factor_256(age_class) / 256 times; set by the owner from what the page is worth per byte.
   uint8_t age_class = kNeutralAgeClass;
-  // --- the second cache line: copies and counters ---
+  // --- the colder fields: copies and counters ---
   PageId copy_below;
   uint32_t hits = 0;  // times a match served the page since it was allocated
   CopyEvent ready;    // last copy that wrote the page's slot
@@ -113,6 +115,8 @@ struct alignas(64) Page {
     return PageState::kReleased;
   }
 };
+// The hot fields stay in the first line (a reordering that breaks this fails to build).
+static_assert(offsetof(Page, age_class) < 64 && sizeof(Page) == 128);
 
 // Every page record by id, in chunks that never move (a new page copies no other).
 using PageTable = ChunkedRows<Page>;

@@ -160,6 +160,9 @@ TEST_F(Lifecycle, ResumeIsRefusedAboveUtilGate) {
   EXPECT_NE(s.message().find("pool group 0 (GPU) would have 7 of 7 slots locked"),
             std::string::npos)
       << s.message();
+  // Its fresh state page alone fails the gate: refused without reading its pages.
+  EXPECT_NE(s.message().find("counting only its fresh pages"), std::string::npos) << s.message();
+  EXPECT_EQ(extra.cache->can_resume({}).message(), s.message());
   EXPECT_EQ(testing::debug_snapshot(*m), before);
 }
 

@@ -52,6 +52,7 @@ TEST(SimStepTimes, OneRowPerStepWhoseCallsAddUpToItsTotal) {
   EXPECT_EQ(header[1], "total_us");
   EXPECT_EQ(header[6], "commit");
   EXPECT_EQ(header[7], "resize");
+  EXPECT_EQ(header[9], "can_resume");  // the check before every resume is the step's CPU too
   double max = 0;
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::vector<std::string> cells = split(lines[i], ',');

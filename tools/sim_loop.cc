@@ -9,13 +9,9 @@
 // are skipped (and reported). Resumption and admission ask can_resume() first, so a refusal
 // costs nothing. A window of steps in which no request computed a new token stops the run with
 // an error naming the cause, whatever went wrong.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <deque>
-#include <optional>
 
 #include "sim_scheduler.h"
 
@@ -57,10 +53,9 @@ bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
   const TraceRequest& t = reqs_[w.index];
   const std::vector<int32_t> prompt = prompt_tokens(t);
   if (h_.serving().shared.store && w.order == kNoOrder) {  // a new request: the shared tier first
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     (void)h_.manager().fetch_shared({}, prompt);  // a miss (or no room) is not an error
-    c_.shared_fetch_us +=
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    c_.shared_fetch_us += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
   // Keys hashed when the request arrives, off the step (an engine's frontend thread).
   const auto hash_start = Clock::now();

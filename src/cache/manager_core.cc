@@ -101,10 +101,9 @@ std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint
     const uint64_t have = gs.pages.size() / rec.beam_width;
     const uint64_t covered = std::min(blocks, have);
     if (!g.window && skip.empty() && rec.beam_width == 1) {
-      if (from_block < covered) {
-        const auto row = gs.pages.begin();
-        need[g.pool_group.value] += std::count(row + from_block, row + covered, kNoPage);
-      }
+      const auto row = gs.pages.begin();
+      need[g.pool_group.value] +=
+          std::count(row + std::min(from_block, covered), row + covered, kNoPage);
     } else {
       for (uint64_t b = from_block; b < covered; ++b) {
         if (!block_needed(g, b, capacity, history)) continue;

@@ -29,7 +29,7 @@ namespace hybridkv::testing {
 struct LifecycleModel {
   uint32_t tokens_per_block = 16;
   uint64_t kv_bytes = 4096;  // per page, key and value each
-  uint32_t window = 48;
+  uint32_t window = 48;      // 0: no sliding-window layer
   uint64_t gpu_quota = 2ull << 20;
   uint64_t host_quota = 4ull << 20;
   uint64_t gpu_max_quota = 0;  // TierConfig::max_quota_bytes of the GPU tier
@@ -65,7 +65,8 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   AttentionLayerConfig window = full;
   window.id = 2;
   window.window = m.window;
-  c.attention_layers = {full, window};
+  c.attention_layers = {full};
+  if (m.window) c.attention_layers.push_back(window);
   if (m.optional_attention) {
     AttentionLayerConfig optional = full;
     optional.id = 3;

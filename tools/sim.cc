@@ -80,7 +80,7 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   serving.pp_size = o.pp;
   serving.pp_rank = o.pp_rank;
   serving.num_spec_tokens = o.spec_tokens;
-  serving.tokens_per_block = 32;
+  serving.tokens_per_block = o.tokens_per_block;
   serving.typical_len = o.typical_len;
   if (o.rebalance != "on" && o.rebalance != "off")
     return Status::invalid("--rebalance: '" + o.rebalance + "' is not on or off");
@@ -276,6 +276,7 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "the pipeline rank simulated (its layers; every rank sees the same trace)");
   sim->add_option("--max-batch", o.max_batch, "requests per step");
   sim->add_option("--max-tokens-per-step", o.max_tokens_per_step, "token budget per step");
+  sim->add_option("--tokens-per-block", o.tokens_per_block, "tokens per attention page");
   sim->add_option("--evict-ahead", o.evict_ahead,
                   "tokens of GPU room freed ahead of each step while the GPU computes (0: off; "
                   "the report times it apart from the step)");

@@ -21,6 +21,7 @@ struct SimOptions {
   uint32_t pp_rank = 0;  // the pipeline rank simulated (its layers only)
   uint32_t max_batch = 64;
   uint64_t max_tokens_per_step = 8192;
+  uint32_t tokens_per_block = 32;  // tokens per attention page
   // Tokens of GPU room freed ahead of each step while the GPU computes the one before
   // (HybridCacheManager::evict_ahead; 0: off): that time is off the step's critical path.
   uint64_t evict_ahead = 0;

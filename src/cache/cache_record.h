@@ -73,6 +73,11 @@ struct CacheRecord {
   uint64_t committed = 0;         // tokens published (or reused) so far
   // Full node the next block hangs under; pinned while set.
   prefix::NodeId commit_parent = prefix::kNoNode;
+  // The deepest node of the commit path whose whole path the cache's rows hold (it stops
+  // where the cache kept a page of its own beside the tree's), and the node this ACTIVE cache
+  // holds resumable (PrefixIndex::hold_resumable; kNoNode when none).
+  prefix::NodeId hold_point = prefix::kNoNode;
+  prefix::NodeId resumable_hold = prefix::kNoNode;
   // The prompt's block keys, computed ahead (CacheOptions::prompt_keys): its commits use them.
   std::shared_ptr<const std::vector<BlockKey>> prompt_keys;
 
@@ -82,6 +87,9 @@ struct CacheRecord {
   // Entries of an attention block's row that hold beam 0's page.
   uint32_t entries_of_beam0(uint64_t block) const { return block < shared_blocks ? beam_width : 1; }
   PageId* row(CacheGroupId group, uint64_t block) {
+    return &groups[group.value].pages[block * beam_width];
+  }
+  const PageId* row(CacheGroupId group, uint64_t block) const {
     return &groups[group.value].pages[block * beam_width];
   }
   bool active() const { return state == CacheState::kActive; }

@@ -82,6 +82,8 @@ Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is
   if (rec.commit_parent == kNoNode) {
     rec.commit_parent = index_.root(rec.scope);
     index_.pin(rec.commit_parent);
+    rec.hold_point = rec.commit_parent;
+    take_path_hold(rec);
   }
   std::vector<NodeId> blocks;  // the full blocks committed (for the shared tier)
   for (uint64_t b = c / tpb; (b + 1) * tpb <= e; ++b) {
@@ -164,7 +166,7 @@ void ManagerCore::commit_full_block(CacheRecord& rec, uint64_t b) {
     storage_.drop_ref(own, Ref::kActive);
     set_table_entries(rec, g, b, b + 1);
   }
-  move_commit_parent(rec, node);
+  move_commit_parent(rec, node, holds_block(rec, node, b));
 }
 
 // Starts loading the key index's slot of block b's key (commit's lookups miss the cache: the
@@ -173,11 +175,42 @@ void ManagerCore::prefetch_key(const CacheRecord& rec, uint64_t b) const {
   if (rec.prompt_keys && b < rec.prompt_keys->size()) index_.tree().prefetch((*rec.prompt_keys)[b]);
 }
 
-void ManagerCore::move_commit_parent(CacheRecord& rec, NodeId next) {
+// Whether the cache's rows hold the tree's page of every attention group at block b's node
+// (a page it kept instead, kKept, leaves the tree's own unheld).
+bool ManagerCore::holds_block(const CacheRecord& rec, NodeId node, uint64_t b) const {
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (!publishable(g) || g.kind != GroupKind::kAttention) continue;
+    if (b >= rec.attention_blocks ||
+        *rec.row(g.id, b) != index_.tree().pages(node)[g.id.value].page)
+      return false;
+  }
+  return true;
+}
+
+void ManagerCore::move_commit_parent(CacheRecord& rec, NodeId next, bool held) {
   index_.pin(next);
   const NodeId old = rec.commit_parent;
   rec.commit_parent = next;
+  if (held && rec.hold_point == old) {  // the path to `next` is the cache's: the hold goes on
+    rec.hold_point = next;
+    if (rec.resumable_hold != kNoNode) {  // the new hold first: the path between stays counted
+      index_.hold_resumable(next);
+      index_.release_resumable(rec.resumable_hold);
+      rec.resumable_hold = next;
+    }
+  }
   index_.unpin(old);
+}
+
+void ManagerCore::take_path_hold(CacheRecord& rec) {
+  if (rec.resumable_hold != kNoNode || !rec.active() || rec.hold_point == kNoNode) return;
+  if (index_.hold_resumable(rec.hold_point)) rec.resumable_hold = rec.hold_point;
+}
+
+void ManagerCore::drop_path_hold(CacheRecord& rec) {
+  if (rec.resumable_hold == kNoNode) return;
+  index_.release_resumable(rec.resumable_hold);
+  rec.resumable_hold = kNoNode;
 }
 
 // The partial tail block: a leaf of its own, never rebased. Copied (moved with is_end).
@@ -249,6 +282,8 @@ Status ManagerCore::stop_committing_locked(uint32_t id) {
   }
   rec.committing = false;
   release_held(rec, UINT64_MAX);  // no commit will publish them now
+  drop_path_hold(rec);
+  rec.hold_point = kNoNode;
   if (rec.commit_parent != kNoNode) {
     const NodeId old = rec.commit_parent;
     rec.commit_parent = kNoNode;

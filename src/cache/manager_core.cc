@@ -353,6 +353,7 @@ Status ManagerCore::close(uint32_t id) {
   CacheRecord& rec = caches_[id];
   if (rec.state == CacheState::kClosed) return Status::ok();  // idempotent (DESIGN §5)
   const bool active = rec.active();
+  drop_path_hold(rec);  // before its pages are queued
   release_all_pages(rec);
   (void)stop_committing_locked(id);
   if (active) --active_caches_;

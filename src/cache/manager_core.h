@@ -232,7 +232,13 @@ class ManagerCore {
   // Frees the reservations at points <= upto (UINT64_MAX: all).
   void release_reserved(CacheRecord& rec, uint64_t upto);
   bool room_without_loss(std::span<const uint64_t> need) const;
-  void move_commit_parent(CacheRecord& rec, prefix::NodeId next);
+  void move_commit_parent(CacheRecord& rec, prefix::NodeId next, bool held);
+  bool holds_block(const CacheRecord& rec, prefix::NodeId node, uint64_t b) const;
+  // An ACTIVE cache's path counts as resumable while it commits (PrefixIndex::hold_resumable):
+  // taken on resume and at the first commit, moved with the commit parent, dropped before its
+  // pages are released or suspended.
+  void take_path_hold(CacheRecord& rec);
+  void drop_path_hold(CacheRecord& rec);
   static constexpr uint64_t kPrefetchBlocks = 8;  // how far ahead commit loads key slots
   void prefetch_key(const CacheRecord& rec, uint64_t b) const;
   Status stop_committing_locked(uint32_t id);

@@ -171,6 +171,7 @@ Status ManagerCore::resume_locked(uint32_t id, const std::vector<CacheGroupId>& 
     rec.note_ready(storage_.page(pid).ready);
   });
   rec.state = CacheState::kActive;
+  take_path_hold(rec);
   ++active_caches_;
   ++storage_.stats().resumes;
   rebuild_tables(rec);
@@ -183,6 +184,7 @@ Status ManagerCore::suspend(uint32_t id) {
   CacheRecord& rec = caches_[id];
   release_scratch(rec);  // scratch KV is dead once the step is over
   release_reserved(rec, UINT64_MAX);
+  drop_path_hold(rec);  // before its pages are queued HELD
   for_each_page(rec, [&](PageId pid, const CacheGroup&, uint64_t) {
     storage_.convert_ref(pid, Ref::kActive, Ref::kSuspended);
   });
@@ -234,6 +236,7 @@ void ManagerCore::attach_match(CacheRecord& rec, const prefix::MatchPlan& mp) {
   // The next commit hangs under the last full block of the match.
   rec.commit_parent = L >= tpb ? mp.path[L / tpb - 1] : mp.root;
   if (rec.commit_parent != prefix::kNoNode) index_.pin(rec.commit_parent);
+  rec.hold_point = rec.commit_parent;  // the match's pages are the cache's
   record_lookup(rec, false);
 }
 

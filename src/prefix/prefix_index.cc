@@ -29,6 +29,7 @@ PrefixIndex::PrefixIndex(const StoragePlan& plan, storage::Storage& storage)
       snapshot_tokens_(resume_group_ ? snapshot_tokens(plan, *resume_group_) : 0),
       prices_(
           storage::find_eviction_policy(plan.config().policies.eviction).value()->uses_prices()),
+      path_holds_(resume_group_ && caches_hold_paths(plan)),
       tree_(plan.cache_groups().size()),
       hasher_(plan.config().block_hash) {
   stats_.groups.resize(plan.cache_groups().size());

@@ -108,6 +108,15 @@ class PrefixIndex final : public storage::PageOwner {
   // A cache commits under `node`: it stays while pinned; unpin prunes it when it became empty.
   void pin(NodeId node);
   void unpin(NodeId node);
+  // An ACTIVE cache commits under `node` and holds every page on its path: while it does, the
+  // path counts as resumable (worth.cc), so that dropping the request's newest speculative
+  // snapshot does not demote its whole path for the next commit to promote again. Verdicts are
+  // unchanged where they are read: only a page no ACTIVE cache holds is queued or moved, and
+  // none of those is on a held path. hold_resumable returns false (and holds nothing) where
+  // that does not hold: no resume group, or an attention group that lets go of blocks (a
+  // window) or may not hold them (OPTIONAL).
+  bool hold_resumable(NodeId node);
+  void release_resumable(NodeId node);
   // The partial leaf under `parent` that ends at `end`, or kNoNode.
   NodeId partial_child(NodeId parent, uint64_t end) const;
   uint32_t node_tokens(NodeId node) const;
@@ -138,6 +147,7 @@ class PrefixIndex final : public storage::PageOwner {
  private:
   // --- snapshot-aware eviction (worth.cc) ---
   static std::optional<CacheGroupId> find_resume_group(const StoragePlan& plan);
+  static bool caches_hold_paths(const StoragePlan& plan);
   void note_published(NodeId node, CacheGroupId group, storage::PageId page, bool speculative);
   void note_unpublished(NodeId node, CacheGroupId group, bool speculative);
   void note_served(storage::PageId page);
@@ -175,6 +185,7 @@ class PrefixIndex final : public storage::PageOwner {
   std::optional<CacheGroupId> resume_group_;
   double snapshot_tokens_ = 0;  // tokens of KV one snapshot's bytes would hold
   bool prices_ = false;         // the eviction policy reads snapshot prices (price_snapshot)
+  bool path_holds_ = false;     // hold_resumable takes holds
   RadixTree tree_;
   BlockHasher hasher_;
   ReuseStats stats_;

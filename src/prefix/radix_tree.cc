@@ -45,6 +45,7 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
   n.snapshot_dropped = false;
   n.shared = false;
   n.resumable = 0;
+  n.resumable_holds = 0;
   n.kv_below = 0;
   for (NodePage& p : pages(id)) p = NodePage{};
   if (parent != kNoNode) {

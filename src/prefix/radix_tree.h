@@ -47,6 +47,8 @@ struct Node {
   // node, plus 1 per child whose count is not 0. Zero: no request can resume at or below the
   // node, so its KV is worth nothing to a hybrid model.
   uint32_t resumable = 0;
+  // Of `resumable`: the ACTIVE caches that commit under this node (PrefixIndex::hold_resumable).
+  uint32_t resumable_holds = 0;
   // The same count for attention pages (worth.cc): 1 per attention page at this node, plus 1
   // per child whose count is not 0. Zero: no KV at or below the node, so a block dropped above
   // it orphans nothing here (drop_orphaned_kv does not walk the subtree).

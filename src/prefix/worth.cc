@@ -24,6 +24,8 @@
 
 #include <algorithm>
 
+#include "util/check.h"
+
 namespace hybridkv::prefix {
 
 using storage::kNoPage;
@@ -36,6 +38,30 @@ std::optional<CacheGroupId> PrefixIndex::find_resume_group(const StoragePlan& pl
     if (g.kind == GroupKind::kSsm && g.policy == ReusePolicy::kRequired) return g.id;
   }
   return std::nullopt;
+}
+
+// Every block an ACTIVE cache committed stays in its rows while it is ACTIVE (history only
+// grows): true unless an attention group may let go of one (a window) or never take it
+// (OPTIONAL). PRIVATE groups keep nothing in the tree.
+bool PrefixIndex::caches_hold_paths(const StoragePlan& plan) {
+  for (const CacheGroup& g : plan.cache_groups()) {
+    if (g.kind != GroupKind::kAttention || g.policy == ReusePolicy::kPrivate) continue;
+    if (g.window || g.policy != ReusePolicy::kRequired) return false;
+  }
+  return true;
+}
+
+bool PrefixIndex::hold_resumable(NodeId node) {
+  if (!path_holds_) return false;
+  ++tree_.node(node).resumable_holds;
+  count_resumable(node, +1);
+  return true;
+}
+
+void PrefixIndex::release_resumable(NodeId node) {
+  HKV_CHECK(tree_.node(node).resumable_holds > 0, "release of an unheld tree node %u", node.value);
+  --tree_.node(node).resumable_holds;
+  count_resumable(node, -1);
 }
 
 // Tokens of KV (all attention groups) that take the bytes of one snapshot of `group`.
@@ -211,7 +237,8 @@ void PrefixIndex::count_kv(NodeId id, int delta) {
 std::string PrefixIndex::check_counts() const {
   std::string err;
   tree_.for_each_node([&](NodeId id, const Node& n) {
-    uint32_t resumable = tree_.pages(id)[resume_group_->value].page != kNoPage ? 1 : 0;
+    uint32_t resumable =
+        (tree_.pages(id)[resume_group_->value].page != kNoPage ? 1 : 0) + n.resumable_holds;
     uint32_t kv = 0;
     for (const CacheGroup& g : plan_.cache_groups()) {
       if (g.kind == GroupKind::kAttention && tree_.pages(id)[g.id.value].page != kNoPage) ++kv;

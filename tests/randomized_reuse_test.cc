@@ -27,7 +27,20 @@ constexpr uint64_t kOperations = 5'000;
 constexpr uint64_t kOperations = 100'000;
 #endif
 
-constexpr CacheGroupId kFull(2), kOptional(3);
+// A REQUIRED full-attention group, and the OPTIONAL one where the model has it.
+CacheGroupId required_attention(const KvCacheManager& m) {
+  for (const CacheGroup& g : m.plan().cache_groups()) {
+    if (g.kind == GroupKind::kAttention && g.policy == ReusePolicy::kRequired && !g.window)
+      return g.id;
+  }
+  return CacheGroupId(0);
+}
+std::optional<CacheGroupId> optional_attention(const KvCacheManager& m) {
+  for (const CacheGroup& g : m.plan().cache_groups()) {
+    if (g.policy == ReusePolicy::kOptional) return g.id;
+  }
+  return std::nullopt;
+}
 
 // Digest of the bytes a tree page vouches for: the covered tokens of every attention buffer, the
 // whole state of an SSM buffer. (Bytes past the coverage of a partial block carry no meaning.)
@@ -76,7 +89,8 @@ LifecycleModel reuse_model() {
 
 // expect_returns: the run must see evictions go back to kept copies (the reduced-precision runs
 // refuse most resumes, so few pages come back up: there they are counted, not required).
-void run_reuse(uint64_t seed, const LifecycleModel& model, bool expect_returns = true) {
+void run_reuse(uint64_t seed, const LifecycleModel& model, bool expect_returns = true,
+               uint64_t operations = kOperations) {
   std::mt19937_64 rng(seed);
   auto m = make_manager(model);
   ASSERT_TRUE(m);
@@ -92,7 +106,7 @@ void run_reuse(uint64_t seed, const LifecycleModel& model, bool expect_returns =
   const std::string where = "seed " + std::to_string(seed);
 
   testing::InvariantChecker checker;  // adds: a tree block's coverage never shrinks
-  for (n.ops = 0; n.ops < kOperations; ++n.ops) {
+  for (n.ops = 0; n.ops < operations; ++n.ops) {
     Request& r = requests[rng() % kRequests];
     const uint64_t dice = rng() % 100;
     if (!r.cache) {
@@ -122,13 +136,16 @@ void run_reuse(uint64_t seed, const LifecycleModel& model, bool expect_returns =
       if (fresh && rng() % 10 == 0) {
         // An invalid choice: an error, and nothing changes.
         const std::string before = testing::debug_snapshot(*m);
-        ASSERT_EQ(r.cache->resume({}, {kFull}).code(), StatusCode::kInvalidArgument);
+        ASSERT_EQ(r.cache->resume({}, {required_attention(*m)}).code(),
+                  StatusCode::kInvalidArgument);
         ASSERT_EQ(testing::debug_snapshot(*m), before) << where;
         ++n.optional_refused_choice;
         continue;
       }
-      if (fresh && r.cache->reuse_match().groups[kOptional.value].complete && rng() % 2) {
-        choice.push_back(kOptional);
+      const std::optional<CacheGroupId> optional = optional_attention(*m);
+      if (fresh && optional && r.cache->reuse_match().groups[optional->value].complete &&
+          rng() % 2) {
+        choice.push_back(*optional);
       }
       const Status s = r.cache->resume({}, choice);
       if (!s.is_ok()) {
@@ -142,10 +159,11 @@ void run_reuse(uint64_t seed, const LifecycleModel& model, bool expect_returns =
       } else {
         ++n.resumes;
         if (fresh) {
-          if (choice.empty())
-            r.fake.unselected_optional = {kOptional};
-          else
+          if (!choice.empty()) {
             ++n.optional_selected;
+          } else if (optional) {
+            r.fake.unselected_optional = {*optional};
+          }
         }
         engine.set_sampled_check(0);
         const Status v = engine.verify(*r.cache, r.fake);
@@ -275,7 +293,9 @@ void run_reuse(uint64_t seed, const LifecycleModel& model, bool expect_returns =
     EXPECT_GT(n.adjustments, 0u);
   }
   EXPECT_GT(n.reused_creates, 0u);
-  EXPECT_GT(n.optional_selected, 0u);
+  if (model.optional_attention) {
+    EXPECT_GT(n.optional_selected, 0u);
+  }
   EXPECT_GT(n.end_commits, 0u);
   // Kept host copies served evictions (their bytes checked with every tree page's).
   if (expect_returns) {
@@ -303,6 +323,18 @@ TEST(RandomizedReuse, RebalancingPoolsKeepEveryPageIntact) {
   LifecycleModel model = reuse_model();
   model.pool_rebalance = true;
   run_reuse(test_seed(), model);
+}
+
+// No window and no OPTIONAL group: every ACTIVE cache holds its commit path resumable
+// (PrefixIndex::hold_resumable) through suspends, resumes, drops and closes; the invariant
+// checker counts the holds.
+TEST(RandomizedReuse, HeldCommitPathsKeepEveryPageIntact) {
+  LifecycleModel model = reuse_model();
+  model.window = 0;
+  model.optional_attention = false;
+  model.pool_ratio = std::vector<double>{1.0, 0.05, 0.8};
+  model.pool_rebalance = true;
+  run_reuse(test_seed(), model, true, kOperations / 4);  // a quarter: the suite's time
 }
 
 // Reduced-precision snapshots: the tree's snapshots live in their own pool group and are

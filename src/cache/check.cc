@@ -6,6 +6,9 @@
 
 namespace hybridkv::cache_detail {
 
+using prefix::kNoNode;
+using prefix::NodeId;
+
 std::string ManagerReads::check() const {
   std::shared_lock lock(core_.mu_);
   return core_.check_locked();
@@ -70,7 +73,29 @@ std::string ManagerCore::check_locked() const {
     }
   }
   if (live != live_caches_ || active != active_caches_) return "live/active cache counters are off";
-  return "";
+  return check_path_holds();
+}
+
+// Every resumable hold of a tree node is one ACTIVE cache's, at a node of its commit path.
+std::string ManagerCore::check_path_holds() const {
+  std::vector<uint32_t> holds(index_.tree().capacity(), 0);
+  for (uint32_t id = 0; id < caches_.size(); ++id) {
+    const CacheRecord& rec = caches_[id];
+    if (!rec.in_use || rec.resumable_hold == kNoNode) continue;
+    if (!rec.active()) return label(id) + " holds its path resumable while not ACTIVE";
+    if (rec.resumable_hold != rec.hold_point)
+      return label(id) + " holds a node other than its hold point";
+    ++holds[rec.resumable_hold.value];
+  }
+  std::string err;
+  index_.tree().for_each_node([&](NodeId node, const prefix::Node& n) {
+    if (err.empty() && n.resumable_holds != holds[node.value]) {
+      err = "tree node " + std::to_string(node.value) + " has " +
+            std::to_string(n.resumable_holds) + " resumable holds; the caches hold " +
+            std::to_string(holds[node.value]);
+    }
+  });
+  return err;
 }
 
 std::string ManagerReads::snapshot() const {

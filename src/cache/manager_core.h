@@ -234,6 +234,7 @@ class ManagerCore {
   bool room_without_loss(std::span<const uint64_t> need) const;
   void move_commit_parent(CacheRecord& rec, prefix::NodeId next, bool held);
   bool holds_block(const CacheRecord& rec, prefix::NodeId node, uint64_t b) const;
+  std::string check_path_holds() const;
   // An ACTIVE cache's path counts as resumable while it commits (PrefixIndex::hold_resumable):
   // taken on resume and at the first commit, moved with the commit parent, dropped before its
   // pages are released or suspended.

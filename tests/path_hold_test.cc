@@ -49,56 +49,59 @@ void drop_snapshot(Request& r) {
 constexpr TierKind kGpu = TierKind::kGpu;
 constexpr TierKind kHost = TierKind::kHost;
 
-TEST(PathHold, AnActivePathStaysPromotedWhenItsSnapshotGoes) {
-  std::unique_ptr<KvCacheManager> m = make_manager(no_window());
-  testing::FakeEngine engine(*m);
-  std::mt19937_64 rng(351);
-  Request a = make_request(*m, random_tokens(rng, 40), 40);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 32));
-  ASSERT_OK(testing::commit_computed(a, false, SnapshotRole::kSpeculative));
-  EXPECT_EQ(kv_pages(*m), (V{{0, kGpu, false}, {16, kGpu, false}}));
-  drop_snapshot(a);
-  // No request can resume on the path now, but the request computing it holds every page.
-  EXPECT_EQ(kv_pages(*m), (V{{0, kGpu, false}, {16, kGpu, false}}));
-  EXPECT_EQ(testing::check_invariants(*m), "");
+class PathHold : public ::testing::Test {
+ protected:
+  std::mt19937_64 rng_{351};
+  std::unique_ptr<KvCacheManager> m_ = make_manager(no_window());
+  testing::FakeEngine engine_{*m_};
+
+  // A request that computed and committed two blocks, whose speculative snapshot at their end
+  // is gone again: no request can resume on its path.
+  Request prefilled_without_snapshot() {
+    Request a = make_request(*m_, random_tokens(rng_, 40), 40);
+    EXPECT_OK(a.cache->resume({}));
+    EXPECT_OK(advance(engine_, a, 32));
+    EXPECT_OK(testing::commit_computed(a, false, SnapshotRole::kSpeculative));
+    EXPECT_EQ(kv_pages(*m_), (V{{0, kGpu, false}, {16, kGpu, false}}));
+    drop_snapshot(a);
+    return a;
+  }
+};
+
+TEST_F(PathHold, AnActivePathStaysPromotedWhenItsSnapshotGoes) {
+  Request a = prefilled_without_snapshot();
+  // The request computing the path holds every page of it.
+  EXPECT_EQ(kv_pages(*m_), (V{{0, kGpu, false}, {16, kGpu, false}}));
+  EXPECT_EQ(testing::check_invariants(*m_), "");
   // Suspended, its pages are queued HELD: judged as before, demoted.
   ASSERT_OK(a.cache->suspend());
-  EXPECT_EQ(kv_pages(*m), (V{{0, kGpu, true}, {16, kGpu, true}}));
-  EXPECT_EQ(testing::check_invariants(*m), "");
+  EXPECT_EQ(kv_pages(*m_), (V{{0, kGpu, true}, {16, kGpu, true}}));
+  EXPECT_EQ(testing::check_invariants(*m_), "");
   ASSERT_OK(a.cache->resume({}));
-  EXPECT_EQ(kv_pages(*m), (V{{0, kGpu, false}, {16, kGpu, false}}));
+  EXPECT_EQ(kv_pages(*m_), (V{{0, kGpu, false}, {16, kGpu, false}}));
   // Its next snapshot makes the path resumable in its own right; closed, the cache lets go.
-  ASSERT_OK(advance(engine, a, 40));
-  ASSERT_OK(engine.verify(*a.cache, a.fake));
+  ASSERT_OK(advance(engine_, a, 40));
+  ASSERT_OK(engine_.verify(*a.cache, a.fake));
   ASSERT_OK(testing::commit_computed(a, true));
   a.cache.reset();
-  EXPECT_EQ(kv_pages(*m), (V{{0, kGpu, false}, {16, kGpu, false}, {32, kGpu, false}}));
-  EXPECT_EQ(testing::check_invariants(*m), "");
+  EXPECT_EQ(kv_pages(*m_), (V{{0, kGpu, false}, {16, kGpu, false}, {32, kGpu, false}}));
+  EXPECT_EQ(testing::check_invariants(*m_), "");
 }
 
-TEST(PathHold, ClosingACacheWhosePathHasNoSnapshotDemotesIt) {
-  std::unique_ptr<KvCacheManager> m = make_manager(no_window());
-  testing::FakeEngine engine(*m);
-  std::mt19937_64 rng(352);
-  Request a = make_request(*m, random_tokens(rng, 40), 40);
-  ASSERT_OK(a.cache->resume({}));
-  ASSERT_OK(advance(engine, a, 32));
-  ASSERT_OK(testing::commit_computed(a, false, SnapshotRole::kSpeculative));
-  drop_snapshot(a);
+TEST_F(PathHold, ClosingACacheWhosePathHasNoSnapshotDemotesIt) {
+  Request a = prefilled_without_snapshot();
   a.cache.reset();
-  EXPECT_EQ(kv_pages(*m), (V{{0, kGpu, true}, {16, kGpu, true}}));
-  EXPECT_EQ(testing::check_invariants(*m), "");
+  EXPECT_EQ(kv_pages(*m_), (V{{0, kGpu, true}, {16, kGpu, true}}));
+  EXPECT_EQ(testing::check_invariants(*m_), "");
 }
 
 // A computes blocks whose tree pages an earlier request left on the host: it keeps its own
 // (OfferResult::kKept), so the tree's pages on its path are not its to hold, and they are
 // demoted as soon as no snapshot below them is left, while A is still ACTIVE.
-TEST(PathHold, TreePagesBesideTheCachesOwnKeepTheirVerdict) {
-  std::unique_ptr<KvCacheManager> m = make_manager(no_window());
-  testing::FakeEngine engine(*m);
-  std::mt19937_64 rng(353);
-  const std::vector<int32_t> prompt = random_tokens(rng, 40);
+TEST_F(PathHold, TreePagesBesideTheCachesOwnKeepTheirVerdict) {
+  KvCacheManager* m = m_.get();
+  testing::FakeEngine& engine = engine_;
+  const std::vector<int32_t> prompt = random_tokens(rng_, 40);
   Request a = make_request(*m, prompt, 40);  // matched against an empty tree
   Request x = make_request(*m, prompt, 40);
   ASSERT_OK(testing::resume_compute_commit(engine, x, 32));  // KV and a snapshot at 32

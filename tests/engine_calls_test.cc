@@ -331,6 +331,41 @@ TEST_F(EngineCalls, RuntimeQuotaShrinkEvictsDemotesAndMovesPagesKeepingEveryByte
   EXPECT_EQ(testing::check_invariants(*m), "");
 }
 
+// Only the ACTIVE caches whose pages a shrink moved get new table entries and wait for the
+// moves; a cache below the new end keeps its table and its ready event.
+TEST_F(EngineCalls, RuntimeQuotaShrinkMakesOnlyTheCachesWhosePagesMovedWait) {
+  LifecycleModel model;
+  model.gpu_quota = 4ull << 20;
+  model.host_quota = 8ull << 20;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  Request low = make_request(*m, random_tokens(rng_, 200), 200);
+  ASSERT_OK(low.cache->resume({}));
+  ASSERT_OK(advance(engine, low, 160));
+  Request x = make_request(*m, random_tokens(rng_, 4000), 4000);
+  ASSERT_OK(x.cache->resume({}));
+  ASSERT_OK(advance(engine, x, 3000));
+  Request high = make_request(*m, random_tokens(rng_, 300), 300);
+  ASSERT_OK(high.cache->resume({}));
+  ASSERT_OK(advance(engine, high, 200));
+  ASSERT_OK(x.cache->close());
+  const std::vector<int32_t> low_table = table_of(*low.cache, kFull);
+  const uint64_t low_ready = low.cache->ready_event().ticket;
+  const uint64_t high_ready = high.cache->ready_event().ticket;
+  ASSERT_OK(m->set_quota(TierKind::kGpu, 2ull << 20));
+  EXPECT_EQ(table_of(*low.cache, kFull), low_table);
+  EXPECT_EQ(low.cache->ready_event().ticket, low_ready);
+  EXPECT_GT(high.cache->ready_event().ticket, high_ready);
+  for (int32_t slot : table_of(*high.cache, kFull)) {
+    if (slot != kBadPageIndex) {
+      EXPECT_LT(static_cast<uint64_t>(slot), attention_slots(*m));
+    }
+  }
+  ASSERT_OK(engine.verify(*low.cache, low.fake));
+  ASSERT_OK(engine.verify(*high.cache, high.fake));
+  EXPECT_EQ(testing::check_invariants(*m), "");
+}
+
 TEST_F(EngineCalls, RuntimeQuotaShrinkIsRefusedWhenLockedPagesAloneExceedIt) {
   LifecycleModel model;
   model.gpu_quota = 4ull << 20;

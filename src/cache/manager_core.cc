@@ -227,6 +227,34 @@ void ManagerCore::rebuild_tables(CacheRecord& rec) {
   write_index_buffers(rec);
 }
 
+bool ManagerCore::follow_moved_pages(CacheRecord& rec, std::span<const PoolMoves> moves) {
+  bool moved = false;
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    const PoolMoves& m = moves[g.pool_group.value];
+    if (m.end == PoolMoves::kNoEnd) continue;
+    GroupState& gs = rec.groups[g.id.value];
+    for (uint32_t k = 0; k < rec.beam_width; ++k) {
+      std::span<int32_t> buffer = gs.index_buffers[k];
+      if (g.kind == GroupKind::kSsm) {  // one state per beam: moved if that batch wrote it
+        if (gs.pages[k] == kNoPage || storage_.page(gs.pages[k]).ready.ticket != m.ticket) continue;
+        if (!buffer.empty())
+          buffer[0] = static_cast<int32_t>(storage_.page(gs.pages[k]).slot.value);
+        moved = true;
+        continue;
+      }
+      // A block's page moved iff its slot was at or above the end: only those entries change.
+      std::vector<int32_t>& table = gs.tables[k];
+      for (uint64_t b = 0; b < table.size(); ++b) {
+        if (table[b] < 0 || static_cast<uint64_t>(table[b]) < m.end) continue;
+        table[b] = static_cast<int32_t>(storage_.page(gs.pages[b * rec.beam_width + k]).slot.value);
+        if (b < buffer.size()) buffer[b] = table[b];
+        moved = true;
+      }
+    }
+  }
+  return moved;
+}
+
 void ManagerCore::write_index_buffers(CacheRecord& rec) {
   for (const CacheGroup& g : plan_.cache_groups()) {
     GroupState& gs = rec.groups[g.id.value];

@@ -156,6 +156,16 @@ class ManagerCore {
   void set_table_entries(CacheRecord& rec, const CacheGroup& g, uint64_t from, uint64_t to);
   void rebuild_tables(CacheRecord& rec);
   void write_index_buffers(CacheRecord& rec);
+  // A GPU pool group shrank to `end` slots, moving the pages that sat at or above it in the
+  // batch `ticket` (end kNoEnd: it moved nothing).
+  struct PoolMoves {
+    static constexpr uint64_t kNoEnd = UINT64_MAX;
+    uint64_t end = kNoEnd;
+    uint64_t ticket = 0;
+  };
+  // After such moves (one entry per pool group), the table and index-buffer entries that named
+  // a moved page follow it. Returns whether any did (the cache then waits for the moves).
+  bool follow_moved_pages(CacheRecord& rec, std::span<const PoolMoves> moves);
   int32_t priority_of(const CacheRecord& rec, uint64_t block) const;
 
   // resume.cc

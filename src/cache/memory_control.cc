@@ -97,6 +97,7 @@ Status MemoryControl::apply_slots(storage::TierIndex t, const std::vector<uint64
     grown.emplace_back(pg.id, total);
   }
   CopyEvent moved;
+  std::vector<ManagerCore::PoolMoves> moves(core_.plan_.pool_groups().size());
   for (const PoolGroup& pg : core_.plan_.pool_groups()) {
     const uint64_t n = want[pg.id.value];
     const storage::Storage::SlotCounts c = core_.storage_.counts(t, pg.id);
@@ -106,14 +107,15 @@ Status MemoryControl::apply_slots(storage::TierIndex t, const std::vector<uint64
     core_.deliver_notices();
     if (n < c.total) core_.backend_->shrink(kind, pg.id, n, e);
     if (e.ticket > moved.ticket) moved = e;
+    if (e.ticket != 0) moves[pg.id.value] = {n, e.ticket};
   }
-  if (moved.ticket == 0) return Status::ok();
-  // Pages of ACTIVE caches may sit in other slots now: their tables follow, and the kernels
-  // wait for the copies.
+  // Every page of an ACTIVE cache is on the GPU: only a GPU tier's moves reach them. Those
+  // that moved sat at or above their pool group's new end; the tables that name them follow,
+  // and their caches' kernels wait for the copies.
+  if (moved.ticket == 0 || t != storage::kGpuTier) return Status::ok();
   for (CacheRecord& rec : core_.caches_) {
     if (!rec.in_use || !rec.active()) continue;
-    rec.note_ready(moved);
-    core_.rebuild_tables(rec);
+    if (core_.follow_moved_pages(rec, moves)) rec.note_ready(moved);
   }
   return Status::ok();
 }

@@ -27,12 +27,14 @@ cmake --build build/release -j "$jobs"
 phase "release CTest"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
-phase "Python tests (pytest, the module from build/release)"
-PYTHONPATH=build/release/python build/venv/bin/python -m pytest -q python/tests
-
-phase "pip install . (scikit-build-core builds the package; then it is imported from outside)"
-build/venv/bin/pip install -q --no-build-isolation --no-deps . >/tmp/hybridkv-pip-install.log 2>&1 ||
-  { cat /tmp/hybridkv-pip-install.log; exit 1; }
+phase "Python tests (pytest, the module from build/release) beside pip install ."
+# `pip install .` (scikit-build-core builds the package into build/wheel) runs beside pytest,
+# which leaves a core idle; then the installed package is imported from outside the tree.
+build/venv/bin/pip install -q --no-build-isolation --no-deps . >/tmp/hybridkv-pip-install.log 2>&1 &
+pip_pid=$!
+PYTHONPATH=build/release/python build/venv/bin/python -m pytest -q python/tests ||
+  { kill "$pip_pid" 2>/dev/null; exit 1; }
+wait "$pip_pid" || { cat /tmp/hybridkv-pip-install.log; exit 1; }
 root=$PWD
 (cd /tmp && "$root/build/venv/bin/python" -c \
   'import hybridkv, hybridkv.hf, sys; sys.exit(hybridkv.main(["plan", "--help"]) != 0)' >/dev/null)
@@ -48,26 +50,26 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir build/asan --output-on-failure -j "$jobs" \
   -E '^(randomized_reuse_test|randomized_test)_engine$'
 
-phase "ThreadSanitizer build (copy engine and concurrency tests)"
+phase "ThreadSanitizer build and suites (copy engine and concurrency tests)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDKV_TSAN=ON \
   -DHYBRIDKV_BENCH=OFF -DHYBRIDKV_CUDA=OFF >/dev/null
-cmake --build build/tsan -j "$jobs" --target kv_cache_test
-TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/kv_cache_test \
-  --gtest_filter='Lifecycle.NothingReads*:Lifecycle.Concurrent*:Lifecycle.SuspendedPages*'
-cmake --build build/tsan -j "$jobs" --target reuse_test
-TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/reuse_test --gtest_filter='Reuse.ProbesRun*:Reuse.TreePages*'
-cmake --build build/tsan -j "$jobs" --target storage_test
-TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/storage_test --gtest_filter='StorageHostBackend.*'
+cmake --build build/tsan -j "$jobs" --target kv_cache_test reuse_test storage_test \
+  shared_tier_test shared_memory_test agreement_test
+tsan() {
+  local test=$1
+  shift
+  TSAN_OPTIONS=halt_on_error=1 "build/tsan/tests/$test" "$@"
+}
+tsan kv_cache_test --gtest_filter='Lifecycle.NothingReads*:Lifecycle.Concurrent*:Lifecycle.SuspendedPages*'
+tsan reuse_test --gtest_filter='Reuse.ProbesRun*:Reuse.TreePages*'
+tsan storage_test --gtest_filter='StorageHostBackend.*'
 # The shared tier's writer thread, and a fetch on a worker thread beside serving.
-cmake --build build/tsan -j "$jobs" --target shared_tier_test
-TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/shared_tier_test \
+tsan shared_tier_test \
   --gtest_filter='SharedTierTest.AFetchOnAWorkerThread*:SharedTierTest.AnotherInstance*:SharedTierTest.ADeadStore*'
 # Publishing copies on the copy thread, async fetches on the tier's fetcher thread.
-cmake --build build/tsan -j "$jobs" --target shared_memory_test
-TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/shared_memory_test
+tsan shared_memory_test
 # Two ranks' managers in two threads, their copy threads skewed.
-cmake --build build/tsan -j "$jobs" --target agreement_test
-TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/agreement_test
+tsan agreement_test
 phase "done"
 echo "== wall time by phase"
 printf '%s' "$phases"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bundled_models.h"
 #include "hybridkv/manager.h"
 #include "hybridkv/model.h"
 #include "hybridkv/testing/inspect.h"
@@ -18,7 +19,7 @@ namespace {
 constexpr uint32_t kTpb = 32;
 
 ManagerConfig window_model_config(const std::string& file) {
-  Result<ModelDescription> m = read_model_config(std::string(HKV_MODELS_DIR) + "/" + file, {});
+  Result<ModelDescription> m = read_model_config(testing::bundled_model_path(file), {});
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   ManagerConfig c;
   c.tokens_per_block = kTpb;

@@ -1,5 +1,6 @@
 #include "plan_command.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 

@@ -1,8 +1,11 @@
 // `hybridkv plan`: prints the storage plan of a model.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
+
+namespace CLI {
+class App;
+}
 
 namespace hybridkv::tools {
 

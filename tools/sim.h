@@ -1,10 +1,13 @@
 // `hybridkv sim`: a serving-engine scheduler loop that drives the hybrid manager over a trace.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+}
 
 namespace hybridkv::tools {
 

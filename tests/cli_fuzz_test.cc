@@ -154,6 +154,7 @@ std::vector<std::string> sim_args(std::mt19937_64& rng, const std::vector<std::s
   if (rng() % 5 == 0) flag("--eviction", pick(rng, {"priced", "snapshot-aware", "lru", "x"}));
   if (rng() % 5 == 0) flag("--colder-copies", pick(rng, {"keep", "drop", "x"}));
   if (rng() % 5 == 0) flag("--arrival", pick(rng, {"asap", "trace", "poisson", ""}));
+  if (rng() % 5 == 0) flag("--admission", pick(rng, {"eager", "budget", "lazy"}));
   if (rng() % 6 == 0) flag("--json", dir + "/out.json");
   if (rng() % 6 == 0) flag("--write-trace", dir + "/written.jsonl");
   if (rng() % 4 == 0) a.push_back("--attention-only");

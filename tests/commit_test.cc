@@ -114,9 +114,20 @@ TEST_F(Reuse, CommitsOnlyComputedPromptTokensAndNoneAfterStopCommitting) {
   ASSERT_OK(a.cache->resize(40, 40));
   const std::span<const int32_t> all(tokens);
   EXPECT_EQ(a.cache->commit(all.first(41)).code(), StatusCode::kInvalidArgument);  // past history
-  std::vector<int32_t> wrong(tokens.begin(), tokens.begin() + 40);
-  wrong[3] += 1;
-  EXPECT_EQ(a.cache->commit(wrong).code(), StatusCode::kInvalidArgument);
+  // A token that is not the request's is named with both values (the first that differs).
+  for (const size_t at : {size_t{0}, size_t{3}, size_t{39}}) {
+    std::vector<int32_t> wrong(tokens.begin(), tokens.begin() + 40);
+    wrong[at] += 1;
+    if (at == 3) wrong[20] += 1;
+    const Status s = a.cache->commit(wrong);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(
+        s.message().find("commit token " + std::to_string(at) + " is " + std::to_string(wrong[at]) +
+                         " but the request has " + std::to_string(tokens[at])),
+        std::string::npos)
+        << s.message();
+    EXPECT_EQ(a.cache->committed_tokens(), 0u);  // refused: nothing changed
+  }
   ASSERT_OK(a.cache->commit(all.first(40)));
   EXPECT_EQ(a.cache->committed_tokens(), 40u);
   ASSERT_OK(a.cache->stop_committing());

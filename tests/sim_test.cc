@@ -140,6 +140,36 @@ TEST(Sim, VerifyOnTheHostBackendFindsNoMismatch) {
   std::remove(svg.c_str());
 }
 
+// --admission budget (vLLM v1's order): requests join after the running ones, only while the
+// step has tokens left, and compute in the step they join; every page still checks. Eager
+// admission on the same settings joins requests that wait a step (the counter can fail).
+TEST(Sim, BudgetAdmissionJoinsOnlyRequestsThatComputeInTheirStep) {
+  std::map<std::string, nlohmann::json> runs;
+  for (const std::string admission : {"eager", "budget"}) {
+    const std::string json = scratch("admission-" + admission + ".json");
+    const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice + " --limit " +
+                             std::to_string(kVerifyLimit) +
+                             " --backend host --tp 8 --gpu-quota 512MiB --host-quota 1GiB "
+                             "--max-batch 16 --verify --quiet --admission " +
+                             admission + " --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << admission << r.err << r.out;
+    runs[admission] = nlohmann::json::parse(slurp(json));
+    std::remove(json.c_str());
+    const nlohmann::json& j = runs[admission];
+    EXPECT_EQ(j["settings"]["admission"], admission);
+    EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u) << admission;
+    EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u) << admission;
+    EXPECT_EQ(j["requests"].get<uint64_t>(), static_cast<uint64_t>(kVerifyLimit));
+  }
+  const nlohmann::json &eager = runs["eager"], &budget = runs["budget"];
+  EXPECT_GT(eager["idle_joins"].get<uint64_t>(), 0u);
+  EXPECT_EQ(eager["most_joins_in_a_step"].get<uint64_t>(), 16u);  // the whole batch at step 0
+  EXPECT_EQ(budget["idle_joins"].get<uint64_t>(), 0u);
+  EXPECT_LT(budget["most_joins_in_a_step"].get<uint64_t>(),
+            eager["most_joins_in_a_step"].get<uint64_t>());
+  EXPECT_GT(budget["reused_tokens"].get<uint64_t>(), 0u);
+}
+
 // Kept copies: pages that came up from the host and are evicted again go back to the bytes the
 // host kept (no transfer), and every byte still checks; with --colder-copies drop none are kept.
 TEST(Sim, KeptHostCopiesTakeEvictionsWithoutATransferAndVerify) {
@@ -366,6 +396,7 @@ TEST(Sim, BadSettingsAreRefusedBeforeAnyWork) {
   expect_sim_refuses("--disk-path /tmp", "--disk-path '/tmp' without --disk-quota");
   expect_sim_refuses("--backend gpu", "--backend: 'gpu' is not none, host or cuda");
   expect_sim_refuses("--colder-copies some", "--colder-copies: 'some' is not keep or drop");
+  expect_sim_refuses("--admission lazy", "--admission: 'lazy' is not eager or budget");
   expect_sim_refuses("--host-link-gbps 50", "--host-link-gbps: '50' is not DOWN,UP");
   expect_sim_refuses("--disk-link-gbps 2,0", "--disk-link-gbps: '2,0' is not DOWN,UP");
   expect_sim_refuses("--backend none --verify", "--verify needs --backend host or cuda");

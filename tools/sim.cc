@@ -115,6 +115,8 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   if (o.max_tokens_per_step == 0) return Status::invalid("--max-tokens-per-step: 0 must be > 0");
   if (o.arrival != "asap" && o.arrival != "timestamps")
     return Status::invalid("--arrival: '" + o.arrival + "' is not asap or timestamps");
+  if (o.admission != "eager" && o.admission != "budget")
+    return Status::invalid("--admission: '" + o.admission + "' is not eager or budget");
   return serving;
 }
 
@@ -297,6 +299,10 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                 "check every page through the fake engine (host or cuda backend)");
   sim->add_flag("--attention-only", o.attention_only, "drop the recurrent layers");
   sim->add_option("--arrival", o.arrival, "asap or timestamps");
+  sim->add_option("--admission", o.admission,
+                  "eager: requests join before the step, up to --max-batch; budget: as vLLM "
+                  "v1, after the running requests, while the step's token budget lasts (none "
+                  "in a step that preempted)");
   sim->add_option("--host-link-gbps", o.host_link_gbps,
                   "GB/s of pages going to and coming from the host tier, for the bus time "
                   "(default: measured on an H200 machine)");

@@ -39,6 +39,11 @@ struct SimOptions {
   bool verify = false;
   bool attention_only = false;
   std::string arrival = "asap";  // asap | timestamps
+  // eager: before each step, preempted requests resume and new ones are admitted up to
+  // --max-batch. budget: as vLLM v1's scheduler, running requests take the step's token budget
+  // first; then preempted and new requests join while tokens are left, each computing in the
+  // step it joins, and none join in a step that preempted.
+  std::string admission = "eager";
   uint64_t step_ms = 10;
   uint64_t typical_len = 8192;          // shapes the split between state and attention pools
   std::string rebalance = "on";         // on: the pool groups trade slots while serving

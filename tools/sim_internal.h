@@ -71,9 +71,13 @@ struct SimCounters {
   uint64_t resumes = 0;            // ... and their resumes (never more than suspends)
   uint64_t recomputes = 0;         // preemptions that freed the request (it is recomputed)
   uint64_t failed_admissions = 0;  // new requests that could not resume yet (tried again)
-  uint64_t skipped = 0;            // requests longer than one request can be on the GPU
-  uint64_t skipped_longest = 0;    // tokens of the longest skipped request
-  uint64_t bound_tokens = 0;       // the reuse bound of the admitted requests
+  // Requests that joined the running batch (admitted or resumed) and computed no prefill token
+  // in that step (its token budget was spent): they hold memory a step early.
+  uint64_t idle_joins = 0;
+  uint64_t most_joins = 0;       // the most requests that joined in one step
+  uint64_t skipped = 0;          // requests longer than one request can be on the GPU
+  uint64_t skipped_longest = 0;  // tokens of the longest skipped request
+  uint64_t bound_tokens = 0;     // the reuse bound of the admitted requests
   uint64_t mismatches = 0;
   uint64_t bytes_offloaded = 0;
   uint64_t bytes_onboarded = 0;

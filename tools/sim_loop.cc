@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 #include "sim_scheduler.h"
 
@@ -33,8 +34,8 @@ void Scheduler::arrivals() {
 }
 
 // Preempted requests come back oldest first, when they can.
-void Scheduler::resume_suspended() {
-  while (!suspended_.empty() && running_.size() < o_.max_batch) {
+void Scheduler::resume_suspended(uint64_t* budget) {
+  while (!suspended_.empty() && running_.size() < o_.max_batch && (!budget || *budget > 0)) {
     Running& r = suspended_.front();
     const Status can = timed(kOpCanResume, [&] { return h_.cache(r.index)->can_resume(); });
     if (!can.is_ok()) {
@@ -44,9 +45,24 @@ void Scheduler::resume_suspended() {
     check(timed(kOpResume, [&] { return h_.resume(r.index); }), "resume");
     ++c_.resumes;
     if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify after resume");
-    running_.push_back(std::move(r));
+    Running joined = std::move(r);
     suspended_.erase(suspended_.begin());
+    join(std::move(joined), budget);
   }
+}
+
+// A resumed or admitted request runs; with a budget (--admission budget) it computes in this
+// step, after the requests that were running.
+void Scheduler::join(Running r, uint64_t* budget) {
+  const uint64_t index = r.index;
+  r.fresh = true;
+  c_.most_joins = std::max(c_.most_joins, ++joins_);
+  running_.push_back(std::move(r));
+  if (!budget) return;
+  std::sort(running_.begin(), running_.end(), older);
+  const auto it = std::find_if(running_.begin(), running_.end(),
+                               [&](const Running& x) { return x.index == index; });
+  (void)advance(static_cast<size_t>(it - running_.begin()), *budget);
 }
 
 bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
@@ -100,9 +116,9 @@ bool Scheduler::create_next(SimOp op) {
 }
 
 // New requests only while no preempted request waits, and only what can resume now.
-void Scheduler::admit() {
+void Scheduler::admit(uint64_t* budget) {
   while (suspended_.empty() && running_.size() < o_.max_batch &&
-         (admitting_ || !waiting_.empty())) {
+         (admitting_ || !waiting_.empty()) && (!budget || *budget > 0) && c_.error.empty()) {
     if (!admitting_ && !create_next(kOpAdd)) return;
     Running& r = *admitting_;
     const Status can = timed(kOpCanResume, [&] { return h_.cache(r.index)->can_resume(); });
@@ -113,12 +129,14 @@ void Scheduler::admit() {
     }
     check(timed(kOpResume, [&] { return h_.resume(r.index); }), "resume at admission");
     if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify after admission");
-    running_.push_back(std::move(r));
+    Running joined = std::move(r);
     admitting_.reset();
+    join(std::move(joined), budget);
   }
 }
 
 void Scheduler::suspend(Running& victim) {
+  preempted_ = true;
   check(timed(kOpSuspend, [&] { return h_.suspend(victim.index); }), "suspend");
   ++c_.suspends;
   suspended_.push_back(std::move(victim));
@@ -127,6 +145,7 @@ void Scheduler::suspend(Running& victim) {
 
 // The request is freed (its committed blocks stay in the tree) and admitted again later.
 void Scheduler::recompute(Running victim) {
+  preempted_ = true;
   check(timed(kOpFree, [&] { return h_.free_request(victim.index); }), "free for recompute");
   ++c_.recomputes;
   const Waiting w{victim.index, victim.order, victim.high_water};
@@ -181,7 +200,11 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
   KvCache& cache = *h_.cache(r.index);
   const uint64_t history = cache.history();
   const bool prefill = history < t.input_length;
-  if (prefill && budget == 0) return true;
+  const bool fresh = std::exchange(r.fresh, false);
+  if (prefill && budget == 0) {
+    if (fresh) ++c_.idle_joins;
+    return true;
+  }
   uint64_t upto = history + 1;
   if (prefill) upto = std::min(*h_.next_snapshot_point(r.index), history + budget);
   // The kernel writes states inside the chunk: history advances after the step, as with an
@@ -249,22 +272,30 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
 }
 
 // One step: prefill chunks under the token budget, one decode token per decoding request,
-// oldest requests first.
+// oldest requests first; with --admission budget, then the requests that join while tokens
+// are left.
 void Scheduler::step() {
   std::sort(running_.begin(), running_.end(), older);
   uint64_t budget = o_.max_tokens_per_step;
+  preempted_ = false;
   for (size_t i = 0; i < running_.size() && c_.error.empty();) {
     if (advance(i, budget)) ++i;
   }
+  if (eager_ || preempted_ || !c_.error.empty()) return;
+  resume_suspended(&budget);
+  admit(&budget);
 }
 
 bool Scheduler::tick() {
   if (finished_ >= reqs_.size() || !c_.error.empty()) return false;
   manager_us_ = 0;
   ops_us_ = {};
+  joins_ = 0;
   arrivals();
-  resume_suspended();
-  admit();
+  if (eager_) {
+    resume_suspended(nullptr);
+    admit(nullptr);
+  }
   if (!c_.error.empty()) return false;
   if (running_.empty() && suspended_.empty() && !admitting_ && waiting_.empty()) {
     if (next_arrival_ < reqs_.size()) clock_ms_ = reqs_[next_arrival_].timestamp_ms;

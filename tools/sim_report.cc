@@ -154,6 +154,7 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"verify", o.verify},
           {"attention_only", o.attention_only},
           {"arrival", o.arrival},
+          {"admission", o.admission},
           {"step_ms", o.step_ms},
           {"typical_len", o.typical_len},
           {"rebalance", o.rebalance},
@@ -224,9 +225,11 @@ void print_header(const SimOptions& o, const ModelDescription& model, HybridCach
     }
     std::printf("\n");
   }
-  std::printf("scheduler           max batch %u, %llu tokens per step, snapshot policy %s\n",
-              o.max_batch, static_cast<unsigned long long>(o.max_tokens_per_step),
-              o.snapshot_policy.c_str());
+  std::printf(
+      "scheduler           max batch %u, %llu tokens per step, %s admission, snapshot policy "
+      "%s\n",
+      o.max_batch, static_cast<unsigned long long>(o.max_tokens_per_step), o.admission.c_str(),
+      o.snapshot_policy.c_str());
   std::printf("\n");
 }
 
@@ -244,6 +247,8 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["requests_skipped"] = c.skipped;
   j["recomputes"] = c.recomputes;
   j["failed_admissions"] = c.failed_admissions;
+  j["idle_joins"] = c.idle_joins;
+  j["most_joins_in_a_step"] = c.most_joins;
   j["bytes_offload_cancelled"] = c.bytes_offload_cancelled;
   j["steps"] = c.steps;
   j["prompt_tokens"] = c.prompt_tokens;
@@ -343,9 +348,12 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
       static_cast<ull>(f.snapshot_tiers[2]));
   std::printf(
       "preemptions         %llu suspended (pages kept) / %llu resumed; %llu freed and "
-      "recomputed; %llu admissions waited for room\n",
+      "recomputed; %llu admissions waited for room\n"
+      "joins               at most %llu requests in one step; %llu joined in a step without "
+      "computing in it\n",
       static_cast<ull>(c.suspends), static_cast<ull>(c.resumes), static_cast<ull>(c.recomputes),
-      static_cast<ull>(c.failed_admissions));
+      static_cast<ull>(c.failed_admissions), static_cast<ull>(c.most_joins),
+      static_cast<ull>(c.idle_joins));
   std::printf("offloaded           %s   onboarded %s   dropped pages %llu\n",
               format_bytes(c.bytes_offloaded - c.bytes_offload_cancelled).c_str(),
               format_bytes(c.bytes_onboarded).c_str(), static_cast<ull>(c.pages_dropped));

@@ -33,6 +33,7 @@ struct Running {
   uint64_t order = 0;
   uint64_t high_water = 0;
   uint64_t generated = 0;
+  bool fresh = false;  // joined the running batch in this step
   testing::FakeRequest fake;
 };
 
@@ -45,6 +46,7 @@ class Scheduler {
       : o_(o), reqs_(reqs), bound_(bound), h_(h), engine_(engine) {
     longest_ = h.manager().clamp_max_seq_len_for_mem(UINT64_MAX);
     preempt_by_swap_ = h.plan().tiers().size() > 1;  // a colder tier can take suspended pages
+    eager_ = o.admission == "eager";
     tty_ = !o.quiet && isatty(STDERR_FILENO);
     c_.peak.assign(h.plan().pool_groups().size(), 0);
   }
@@ -70,8 +72,10 @@ class Scheduler {
     ++c_.mismatches;
   }
   void arrivals();
-  void resume_suspended();
-  void admit();
+  // Without a budget (eager admission) before the step; with one, inside it.
+  void resume_suspended(uint64_t* budget);
+  void admit(uint64_t* budget);
+  void join(Running r, uint64_t* budget);
   bool create(Running& r, const Waiting& w, SimOp op = kOpAdd);
   bool create_next(SimOp op);
   void step();
@@ -105,6 +109,9 @@ class Scheduler {
   uint64_t next_arrival_ = 0, finished_ = 0, clock_ms_ = 0, next_order_ = 0;
   uint64_t steps_without_progress_ = 0;
   bool progressed_ = false;
+  bool preempted_ = false;  // in this step
+  uint64_t joins_ = 0;      // requests that joined in this step
+  bool eager_ = true;       // --admission eager
   std::string last_refusal_;
   double manager_us_ = 0;
   std::array<float, kSimOps> ops_us_{};

@@ -1,6 +1,7 @@
 // commit: a cache offers its computed blocks to the prefix index (deduplicated there), copies
 // or moves its SSM states into snapshots, and plans snapshot drops.
 #include <algorithm>
+#include <cstring>
 
 #include "cache/manager_core.h"
 
@@ -36,14 +37,18 @@ Status ManagerCore::check_commit(uint32_t id, std::span<const int32_t> tokens) c
     return Status::invalid(label(id) + ": " + range + " ends past capacity " +
                            std::to_string(rec.capacity));
   }
-  for (uint64_t i = c; i < std::min<uint64_t>(e, rec.tokens.size()); ++i) {
-    if (rec.tokens[i] != tokens[i - c]) {
-      return Status::invalid(label(id) + ": commit token " + std::to_string(i) + " is " +
-                             std::to_string(tokens[i - c]) + " but the request has " +
-                             std::to_string(rec.tokens[i]));
-    }
-  }
-  return Status::ok();
+  // The tokens the request already has must be the ones committed (memcmp first: a commit
+  // covers up to a whole step's tokens, and an element loop was 2.5 % of the sim's CPU).
+  const uint64_t known = std::min<uint64_t>(e, rec.tokens.size());
+  if (known <= c ||
+      std::memcmp(rec.tokens.data() + c, tokens.data(), (known - c) * sizeof(int32_t)) == 0)
+    return Status::ok();
+  const auto [ours, theirs] =
+      std::mismatch(rec.tokens.begin() + static_cast<int64_t>(c),
+                    rec.tokens.begin() + static_cast<int64_t>(known), tokens.begin());
+  const uint64_t i = static_cast<uint64_t>(ours - rec.tokens.begin());
+  return Status::invalid(label(id) + ": commit token " + std::to_string(i) + " is " +
+                         std::to_string(*theirs) + " but the request has " + std::to_string(*ours));
 }
 
 Status ManagerCore::commit(uint32_t id, std::span<const int32_t> tokens, bool is_end,

@@ -295,6 +295,12 @@ TEST_F(Reuse, OptionalGroupsAreChosenAtTheFirstResume) {
   EXPECT_NE(bad.message().find("only OPTIONAL groups can be selected"), std::string::npos);
   EXPECT_EQ(b.cache->state(), CacheState::kSuspended);
   EXPECT_EQ(testing::debug_snapshot(*m), before);
+  // can_resume judges either choice (the one the record has and the other) and changes nothing.
+  EXPECT_OK(b.cache->can_resume({optional}));
+  EXPECT_OK(b.cache->can_resume({}));
+  EXPECT_OK(b.cache->can_resume({optional}));
+  EXPECT_EQ(b.cache->can_resume({kFull}).message(), bad.message());
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
   // Selected: the OPTIONAL group uses the matched pages.
   ASSERT_OK(b.cache->resume({}, {optional}));
   ASSERT_OK(engine.verify(*b.cache, b.fake));

@@ -182,6 +182,10 @@ class ManagerCore {
   void attach_match(CacheRecord& rec, const prefix::MatchPlan& plan);
   Status choose_optional_groups(uint32_t id, const std::vector<CacheGroupId>& chosen,
                                 CacheRecord& rec) const;
+  Status optional_selection(uint32_t id, const std::vector<CacheGroupId>& chosen,
+                            const CacheRecord& rec, std::vector<bool>& selected) const;
+  void apply_selection(CacheRecord& rec, const std::vector<bool>& selected) const;
+  bool selection_unchanged(const CacheRecord& rec, const std::vector<bool>& selected) const;
   void finish_first_resume(CacheRecord& rec);
   void give_back_unselected(CacheRecord& rec, const CacheGroup& g);
   PageId private_copy(const CacheGroup& g, PageId src);

@@ -1,13 +1,16 @@
-// Lifecycle costs: a decode step of many requests (metadata only), and suspend/resume of a
-// long request through the host tier next to a plain memcpy of the same bytes.
+// Lifecycle costs: a decode step of many requests (metadata only), the admission of a long
+// prompt, and suspend/resume of a long request through the host tier next to a plain memcpy
+// of the same bytes.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "bench_models.h"
+#include "hybridkv/hybrid.h"
 #include "hybridkv/manager.h"
 #include "hybridkv/model.h"
 
@@ -60,6 +63,53 @@ void BM_DecodeStep256(benchmark::State& state) {
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_DecodeStep256)->Iterations(2000)->Unit(benchmark::kMicrosecond);
+
+// The admission of an 85,401-token prompt (the conversation trace's 99th percentile) on
+// Nemotron-H (none backend, 16 GiB): add_request with its keys hashed ahead, can_resume and
+// resume, as a scheduler's step does them; range(0) tokens per page; range(1): 1 when an
+// earlier request committed the whole prompt (the match walks it), 0 for a new prompt.
+void BM_AdmitLongPrompt(benchmark::State& state) {
+  constexpr uint64_t kTokens = 85401;
+  Result<ModelDescription> model =
+      read_model_config(std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json", ModelOptions{});
+  ServingConfig serving;
+  serving.tokens_per_block = static_cast<uint32_t>(state.range(0));
+  BackendOptions none;
+  none.kind = BackendKind::kNone;
+  auto h = std::move(HybridCacheManager::create(*model, serving, none)).value();
+  std::mt19937 rng(7);
+  std::vector<int32_t> prompt(kTokens);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 100000);
+  uint64_t id = 0;
+  if (state.range(1) == 1) {  // an earlier request computed and committed it
+    if (!h->add_request(id, prompt).is_ok() || !h->resume(id).is_ok() ||
+        !h->resize(id, kTokens, kTokens).is_ok() || !h->commit_at_snapshot(id).is_ok() ||
+        !h->free_request(id).is_ok()) {
+      state.SkipWithError("setup failed");
+      return;
+    }
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    ++id;
+    std::shared_ptr<const PromptKeys> keys = h->manager().hash_prompt({}, prompt);
+    state.ResumeTiming();
+    if (!h->add_request(id, prompt, {}, std::move(keys)).is_ok() ||
+        !h->cache(id)->can_resume().is_ok() || !h->resume(id).is_ok()) {
+      state.SkipWithError("admission failed");
+      return;
+    }
+    state.PauseTiming();
+    (void)h->free_request(id);
+    state.ResumeTiming();
+  }
+}
+BENCHMARK(BM_AdmitLongPrompt)
+    ->Args({32, 0})
+    ->Args({32, 1})
+    ->Args({512, 0})
+    ->Args({512, 1})
+    ->Unit(benchmark::kMicrosecond);
 
 // A 32k-token Nemotron-H request is pushed to the host tier by a request that takes every GPU
 // attention slot, then resumed: bytes moved per second, both ways (host backend).

@@ -315,6 +315,32 @@ TEST_F(Lifecycle, BeamsAreRefusedWithAFixedPrivatePool) {
   EXPECT_NE(c.status().message().find("fixed PRIVATE pool"), std::string::npos);
 }
 
+// create_kv_cache(CacheOptions&&): the prompt moves into the cache; a refusal takes nothing.
+TEST_F(Lifecycle, MovedOptionsGiveTheCacheItsPromptAndARefusalKeepsThem) {
+  LifecycleModel model;
+  model.max_live = 4;
+  auto m = make_manager(model);
+  const std::vector<int32_t> tokens = random_tokens(rng_, 100);
+  CacheOptions o;
+  o.input_tokens = tokens;
+  o.beam_width = 2;  // refused: a fixed PRIVATE pool
+  ASSERT_FALSE(m->create_kv_cache(std::move(o)).is_ok());
+  EXPECT_EQ(o.input_tokens, tokens);  // NOLINT(bugprone-use-after-move): refused, kept
+  o.beam_width = 1;
+  Result<std::unique_ptr<KvCache>> c = m->create_kv_cache(std::move(o));
+  ASSERT_OK(c.status());
+  KvCache& cache = **c;
+  ASSERT_OK(cache.resume({}));
+  ASSERT_OK(cache.resize(64, 64));
+  std::vector<int32_t> wrong(tokens.begin(), tokens.begin() + 64);
+  wrong[5] += 1;
+  EXPECT_NE(cache.commit(wrong).message().find("commit token 5 is " + std::to_string(wrong[5]) +
+                                               " but the request has " + std::to_string(tokens[5])),
+            std::string::npos);
+  ASSERT_OK(cache.commit(std::span<const int32_t>(tokens).first(64)));
+  EXPECT_EQ(cache.committed_tokens(), 64u);
+}
+
 TEST_F(Lifecycle, MaxLiveKvCachesBoundsActivePlusSuspended) {
   LifecycleModel model;
   model.max_live = 3;

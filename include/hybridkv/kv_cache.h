@@ -189,6 +189,7 @@ class KvCache {
 
  private:
   friend class KvCacheManager;
+  friend struct cache_detail::CoreAccess;  // the implementation's own layers
   KvCache(std::shared_ptr<cache_detail::ManagerCore> core, uint32_t id)
       : core_(std::move(core)), id_(id) {}
   // Shared with the manager: a cache that outlives its KvCacheManager keeps the pools alive

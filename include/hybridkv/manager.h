@@ -78,6 +78,10 @@ class KvCacheManager {
   // A new SUSPENDED cache. Refused (kRefused) beyond max_live_kv_caches living caches; beam
   // width > 1 is refused while a fixed PRIVATE pool exists.
   Result<std::unique_ptr<KvCache>> create_kv_cache(const CacheOptions& options);
+  // The same, the prompt's tokens moved into the cache instead of copied (a long prompt is
+  // hundreds of KB, and each pass over it shows in the step that admits it). On an error
+  // `options` is left as it was.
+  Result<std::unique_ptr<KvCache>> create_kv_cache(CacheOptions&& options);
 
   // What create_kv_cache would reuse for this prompt, changing nothing. Safe to call from
   // several threads at once (it takes the manager's lock shared).

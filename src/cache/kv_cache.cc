@@ -143,7 +143,11 @@ Result<std::unique_ptr<KvCacheManager>> KvCacheManager::create(const ManagerConf
 const StoragePlan& KvCacheManager::plan() const { return core_->plan(); }
 
 Result<std::unique_ptr<KvCache>> KvCacheManager::create_kv_cache(const CacheOptions& options) {
-  Result<uint32_t> id = core_->create(options);
+  return create_kv_cache(CacheOptions(options));
+}
+
+Result<std::unique_ptr<KvCache>> KvCacheManager::create_kv_cache(CacheOptions&& options) {
+  Result<uint32_t> id = core_->create(std::move(options));
   if (!id) return id.status();
   return std::unique_ptr<KvCache>(new KvCache(core_, *id));
 }

@@ -305,7 +305,8 @@ Status ManagerCore::check_beam_width(uint32_t beam_width) const {
   return Status::ok();
 }
 
-Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
+// Every check comes before anything is taken from `options` (an error leaves them whole).
+Result<uint32_t> ManagerCore::create(CacheOptions&& options) {
   std::unique_lock lock(mu_);
   const ManagerConfig& config = plan_.config();
   if (shut_down_) return Status(StatusCode::kFailedPrecondition, "the manager is shut down");
@@ -341,9 +342,8 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
   rec.beam_width = options.beam_width;
   rec.scratch_on = options.swa_scratch.value_or(config.swa_scratch_reuse);
   rec.scope = options.scope;
-  rec.tokens = options.input_tokens;
-  rec.shared_blocks =
-      options.beam_width > 1 ? options.input_tokens.size() / config.tokens_per_block : 0;
+  rec.tokens = std::move(options.input_tokens);
+  rec.shared_blocks = options.beam_width > 1 ? rec.tokens.size() / config.tokens_per_block : 0;
   rec.groups.resize(plan_.cache_groups().size());
   for (const CacheGroup& g : plan_.cache_groups()) {
     GroupState& gs = rec.groups[g.id.value];
@@ -351,7 +351,7 @@ Result<uint32_t> ManagerCore::create(const CacheOptions& options) {
     gs.tables.resize(rec.beam_width);
     gs.index_buffers.resize(rec.beam_width);
   }
-  rec.multimodal = options.multimodal;
+  rec.multimodal = std::move(options.multimodal);
   std::span<const BlockKey> keys;
   if (options.prompt_keys) {
     // Shares the caller's keys: the record keeps them alive for its commits.

@@ -56,6 +56,9 @@ struct CoreAccess {
   static Status check_keys(const PromptKeys& keys, const ManagerConfig& config,
                            const CacheOptions& options);
   static const std::vector<BlockKey>& keys_of(const PromptKeys& keys) { return keys.keys_; }
+  // The cache's own tokens (ManagerCore::tokens): the hybrid manager reads its prompt there
+  // instead of keeping a second copy.
+  static std::span<const int32_t> tokens(const KvCache& cache);
 };
 
 class ManagerCore {
@@ -67,7 +70,7 @@ class ManagerCore {
   memory::MemoryBackend& backend() const { return *backend_; }
 
   // --- one cache (exclusive lock) ---
-  Result<uint32_t> create(const CacheOptions& options);
+  Result<uint32_t> create(CacheOptions&& options);
   Status resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups);
   // What resume() would answer now, changing nothing (shared lock).
   Status can_resume(uint32_t id, const std::vector<CacheGroupId>& optional_groups) const;
@@ -100,6 +103,9 @@ class ManagerCore {
 
   // --- reads of one cache (shared lock) ---
   CacheInfo info(uint32_t id) const;
+  // The cache's tokens: its prompt, then what commits added past it. Valid until a commit
+  // appends to them or the cache is destroyed.
+  std::span<const int32_t> tokens(uint32_t id) const;
   ReuseMatch reuse_match(uint32_t id) const;
   Result<std::span<const int32_t>> block_table(uint32_t id, CacheGroupId group,
                                                uint32_t beam) const;

@@ -14,6 +14,15 @@ CacheInfo ManagerCore::info(uint32_t id) const {
   return {rec.state, rec.capacity, rec.history, rec.beam_width, rec.committed, rec.ready};
 }
 
+std::span<const int32_t> ManagerCore::tokens(uint32_t id) const {
+  std::shared_lock lock(mu_);
+  return caches_[id].tokens;
+}
+
+std::span<const int32_t> CoreAccess::tokens(const KvCache& cache) {
+  return cache.core_->tokens(cache.id_);
+}
+
 ReuseMatch ManagerCore::reuse_match(uint32_t id) const {
   std::shared_lock lock(mu_);
   return caches_[id].match;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 
+#include "cache/manager_core.h"
 #include "hybrid/step_state.h"
 #include "hybridkv/hybrid.h"
 #include "hybridkv/units.h"
@@ -11,12 +12,22 @@ namespace hybridkv {
 
 struct HybridCacheManager::Request {
   std::unique_ptr<KvCache> cache;
-  std::vector<int32_t> prompt;
+  uint64_t prompt_len = 0;  // the prompt's tokens are the cache's first (prompt_of)
   ReuseScope scope;
   bool replay_reset_pending = true;  // its replay page has not been reset yet
   std::vector<uint64_t> demand_points;
   std::vector<uint64_t> chunk_points;  // reserved states of the current chunk
 };
+
+namespace {
+
+// The request's prompt, read from its cache's own copy (valid until a commit past the prompt
+// appends to it: read before committing an answer).
+std::span<const int32_t> prompt_of(const KvCache& cache, uint64_t prompt_len) {
+  return cache_detail::CoreAccess::tokens(cache).first(prompt_len);
+}
+
+}  // namespace
 
 struct HybridCacheManager::Requests {
   std::map<uint64_t, Request> by_id;
@@ -111,11 +122,11 @@ Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> pro
   o.input_tokens.assign(prompt.begin(), prompt.end());
   o.label = "request " + std::to_string(id);
   o.prompt_keys = std::move(keys);
-  Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(o);
+  Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(std::move(o));
   if (!cache) return cache.status();
   Request r;
   r.cache = std::move(cache).value();
-  r.prompt = std::move(o.input_tokens);  // the cache holds its own copy
+  r.prompt_len = prompt.size();
   r.scope = scope;
   // Demand-driven snapshots: block ends on this prompt's path where attention could have been
   // reused past the last snapshot (marked in the tree by earlier lookups, and this one).
@@ -178,11 +189,12 @@ Status HybridCacheManager::reprefill(uint64_t id) {
   if (Status s = lookup(id, &r); !s) return s;
   CacheOptions o;
   o.scope = r->scope;
-  o.input_tokens = r->prompt;
+  const std::span<const int32_t> prompt = prompt_of(*r->cache, r->prompt_len);
+  o.input_tokens.assign(prompt.begin(), prompt.end());
   o.label = "request " + std::to_string(id);
   if (Status s = r->cache->close(); !s) return s;
   r->cache.reset();
-  Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(o);
+  Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(std::move(o));
   if (!cache) {
     requests_->by_id.erase(id);
     return cache.status();
@@ -208,7 +220,7 @@ Status HybridCacheManager::free_request(uint64_t id) {
 uint64_t HybridCacheManager::next_policy_point(const Request& r, uint64_t after,
                                                bool kept_only) const {
   const SnapshotPolicy& p = serving_.snapshots;
-  const uint64_t prompt = r.prompt.size();
+  const uint64_t prompt = r.prompt_len;
   uint64_t next = UINT64_MAX;
   auto consider = [&](uint64_t point) {
     if (point > after && point < next) next = point;
@@ -234,7 +246,7 @@ Result<uint64_t> HybridCacheManager::next_snapshot_point(uint64_t id) const {
   // At the latest, the end of the prompt; periodic points end no chunk when the kernel writes
   // their states inside it.
   const uint64_t next = std::min<uint64_t>(
-      next_policy_point(r, history, serving_.snapshots.chunk_states), r.prompt.size());
+      next_policy_point(r, history, serving_.snapshots.chunk_states), r.prompt_len);
   return std::max(next, history);
 }
 
@@ -261,12 +273,13 @@ Status HybridCacheManager::commit_at_snapshot(uint64_t id) {
   if (Status s = lookup(id, &r); !s) return s;
   const uint64_t history = r->cache->history();
   const uint64_t committed = r->cache->committed_tokens();
-  if (history <= committed || history > r->prompt.size()) return Status::ok();
+  if (history <= committed || history > r->prompt_len) return Status::ok();
   // Without recurrent layers there is no state to place: the prompt's end publishes its tail.
-  const bool end = history == r->prompt.size();
+  const bool end = history == r->prompt_len;
   const bool point = (end && (!state_group_ || serving_.snapshots.final_prompt_boundary)) ||
                      next_policy_point(*r, history - 1) == history;
-  const std::span<const int32_t> prompt(r->prompt);
+  const std::span<const int32_t> prompt =
+      prompt_of(*r->cache, r->prompt_len);  // commits below do not pass its end
   uint64_t from = committed;
   for (uint64_t at : r->chunk_points) {  // the states the kernel wrote inside the chunk
     if (at <= from || at >= history) continue;
@@ -287,7 +300,7 @@ Result<std::vector<ChunkState>> HybridCacheManager::reserve_chunk_states(uint64_
   if (Status s = lookup(id, &r); !s) return s;
   std::vector<ChunkState> out;
   const uint64_t history = r->cache->history();
-  if (!serving_.snapshots.chunk_states || !state_group_ || upto > r->prompt.size()) return out;
+  if (!serving_.snapshots.chunk_states || !state_group_ || upto > r->prompt_len) return out;
   std::vector<uint64_t> points;
   for (uint64_t at = next_policy_point(*r, history); at < upto; at = next_policy_point(*r, at)) {
     if (at % serving_.tokens_per_block == 0 && snapshot_role(*r, at) == SnapshotRole::kSpeculative)
@@ -306,7 +319,7 @@ Result<std::vector<ChunkState>> HybridCacheManager::reserve_chunk_states(uint64_
 // of where a continuation's match ends: kept while memory is not short).
 SnapshotRole HybridCacheManager::snapshot_role(const Request& r, uint64_t at) const {
   const SnapshotPolicy& p = serving_.snapshots;
-  const uint64_t prompt = r.prompt.size();
+  const uint64_t prompt = r.prompt_len;
   if (at == prompt) {
     const uint64_t aligned =
         p.aligned_end && *p.aligned_end > 0 ? prompt / *p.aligned_end * *p.aligned_end : 0;
@@ -321,7 +334,7 @@ Status HybridCacheManager::commit_answer(uint64_t id, std::span<const int32_t> g
   if (Status s = lookup(id, &r); !s) return s;
   const uint64_t history = r->cache->history();
   const uint64_t committed = r->cache->committed_tokens();
-  const uint64_t prompt = r->prompt.size();
+  const uint64_t prompt = r->prompt_len;
   const std::string what = "commit_answer(request " + std::to_string(id) + ")";
   if (history < prompt) {
     return Status(StatusCode::kFailedPrecondition, what + ": the prompt is computed up to " +
@@ -334,10 +347,12 @@ Status HybridCacheManager::commit_answer(uint64_t id, std::span<const int32_t> g
                            std::to_string(history - prompt));
   }
   if (history <= committed) return Status::ok();
+  const std::span<const int32_t> prompt_tokens =
+      prompt_of(*r->cache, r->prompt_len);  // read before the commit
   std::vector<int32_t> tokens;
   tokens.reserve(history - committed);
   for (uint64_t i = committed; i < history; ++i)
-    tokens.push_back(i < prompt ? r->prompt[i] : generated[i - prompt]);
+    tokens.push_back(i < prompt ? prompt_tokens[i] : generated[i - prompt]);
   return r->cache->commit(tokens);
 }
 

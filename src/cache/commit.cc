@@ -19,22 +19,24 @@ Status ManagerCore::check_commit(uint32_t id, std::span<const int32_t> tokens) c
     return Status(StatusCode::kFailedPrecondition, label(id) + ": commit after stop_committing");
   }
   const uint64_t c = rec.committed, e = c + tokens.size(), h = rec.history;
-  const std::string range = "commit of tokens [" + std::to_string(c) + ", " + std::to_string(e) +
-                            ") with history " + std::to_string(h);
+  auto range = [&] {  // built only for an error (every commit passes here)
+    return "commit of tokens [" + std::to_string(c) + ", " + std::to_string(e) + ") with history " +
+           std::to_string(h);
+  };
   // DESIGN §5: a commit starts or ends at history; with commit_min_snapshot it ends there (a
   // snapshot is exact only at history). Starting at history commits tokens the current step
   // computes (they must fit in the capacity).
   // A commit that ends at a reserved state (reserve_states) ends where a snapshot is exact.
   const bool reserved = reserved_at(rec, e).has_value();
   if (plan_.config().commit_min_snapshot && e != h && !tokens.empty() && !reserved) {
-    return Status::invalid(label(id) + ": " + range +
+    return Status::invalid(label(id) + ": " + range() +
                            ": with commit_min_snapshot a commit must end at history");
   }
   if (e != h && c != h && !tokens.empty() && !reserved) {
-    return Status::invalid(label(id) + ": " + range + ": a commit must start or end at history");
+    return Status::invalid(label(id) + ": " + range() + ": a commit must start or end at history");
   }
   if (e > rec.capacity) {
-    return Status::invalid(label(id) + ": " + range + " ends past capacity " +
+    return Status::invalid(label(id) + ": " + range() + " ends past capacity " +
                            std::to_string(rec.capacity));
   }
   // The tokens the request already has must be the ones committed (memcmp first: a commit

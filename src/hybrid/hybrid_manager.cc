@@ -13,6 +13,7 @@ namespace hybridkv {
 struct HybridCacheManager::Request {
   std::unique_ptr<KvCache> cache;
   uint64_t prompt_len = 0;  // the prompt's tokens are the cache's first (prompt_of)
+  uint64_t divergence = 0;  // its cache's match's divergence_tokens (set when it is created)
   ReuseScope scope;
   bool replay_reset_pending = true;  // its replay page has not been reset yet
   std::vector<uint64_t> demand_points;
@@ -127,10 +128,12 @@ Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> pro
   Request r;
   r.cache = std::move(cache).value();
   r.prompt_len = prompt.size();
+  ReuseMatch match = r.cache->reuse_match();
+  r.divergence = match.divergence_tokens;
   r.scope = scope;
   // Demand-driven snapshots: block ends on this prompt's path where attention could have been
   // reused past the last snapshot (marked in the tree by earlier lookups, and this one).
-  if (serving_.snapshots.demand_driven) r.demand_points = r.cache->reuse_match().demand_points;
+  if (serving_.snapshots.demand_driven) r.demand_points = std::move(match.demand_points);
   requests_->by_id.emplace(id, std::move(r));
   return Status::ok();
 }
@@ -200,6 +203,7 @@ Status HybridCacheManager::reprefill(uint64_t id) {
     return cache.status();
   }
   r->cache = std::move(cache).value();
+  r->divergence = r->cache->reuse_match().divergence_tokens;
   r->replay_reset_pending = true;  // the state was dropped: replay starts from reset
   return Status::ok();
 }
@@ -232,7 +236,7 @@ uint64_t HybridCacheManager::next_policy_point(const Request& r, uint64_t after,
   for (uint64_t o : p.offsets_from_end) {
     if (o < prompt) consider(prompt - o);
   }
-  if (p.branch_point) consider(r.cache->reuse_match().divergence_tokens);
+  if (p.branch_point) consider(r.divergence);
   for (uint64_t d : r.demand_points) consider(d);
   return next;
 }

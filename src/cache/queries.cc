@@ -1,4 +1,5 @@
 // Reads of one cache: its scalar fields, its reuse match, its block tables and state indices.
+#include <type_traits>
 #include <utility>
 
 #include "cache/manager_core.h"
@@ -13,6 +14,10 @@ CacheInfo ManagerCore::info(uint32_t id) const {
   const CacheRecord& rec = caches_[id];
   return {rec.state, rec.capacity, rec.history, rec.beam_width, rec.committed, rec.ready};
 }
+
+// caches_ may grow while a span from tokens() is held (another thread creating a cache): its
+// records must move, never copy, so that their token buffers stay where they are.
+static_assert(std::is_nothrow_move_constructible_v<CacheRecord>);
 
 std::span<const int32_t> ManagerCore::tokens(uint32_t id) const {
   std::shared_lock lock(mu_);

@@ -27,9 +27,11 @@ using hybridkv::testing::slurp;
 #ifdef HKV_SANITIZED
 constexpr int kVerifyLimit = 30;                          // the sanitized CLI is ~10x slower
 constexpr const char* kPipelineTrace = "synthetic:40:3";  // 100 requests took 94 s sanitized
+constexpr int kAdmissionLimit = 20;  // two verified runs of 30 took 74 s sanitized
 #else
 constexpr int kVerifyLimit = 120;
 constexpr const char* kPipelineTrace = "synthetic:100:3";
+constexpr int kAdmissionLimit = 48;
 #endif
 
 const std::string kSlice = std::string(HKV_DATA_DIR) + "/mooncake_conversation_first1000.jsonl";
@@ -148,7 +150,7 @@ TEST(Sim, BudgetAdmissionJoinsOnlyRequestsThatComputeInTheirStep) {
   for (const std::string admission : {"eager", "budget"}) {
     const std::string json = scratch("admission-" + admission + ".json");
     const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice + " --limit " +
-                             std::to_string(kVerifyLimit) +
+                             std::to_string(kAdmissionLimit) +
                              " --backend host --tp 8 --gpu-quota 512MiB --host-quota 1GiB "
                              "--max-batch 16 --verify --quiet --admission " +
                              admission + " --json " + json);
@@ -159,7 +161,7 @@ TEST(Sim, BudgetAdmissionJoinsOnlyRequestsThatComputeInTheirStep) {
     EXPECT_EQ(j["settings"]["admission"], admission);
     EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u) << admission;
     EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u) << admission;
-    EXPECT_EQ(j["requests"].get<uint64_t>(), static_cast<uint64_t>(kVerifyLimit));
+    EXPECT_EQ(j["requests"].get<uint64_t>(), static_cast<uint64_t>(kAdmissionLimit));
   }
   const nlohmann::json &eager = runs["eager"], &budget = runs["budget"];
   EXPECT_GT(eager["idle_joins"].get<uint64_t>(), 0u);

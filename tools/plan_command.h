@@ -1,6 +1,7 @@
 // `hybridkv plan`: prints the storage plan of a model.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace CLI {

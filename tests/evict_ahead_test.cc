@@ -5,51 +5,18 @@
 
 #include <algorithm>
 
+#include "filled_tree.h"
 #include "hybridkv/testing/inspect.h"
-#include "lifecycle_fixture.h"
 
 namespace hybridkv {
 namespace {
 
-using testing::LifecycleModel;
-using testing::make_manager;
 using testing::make_request;
 using testing::random_tokens;
 using testing::Request;
 
-constexpr uint64_t kPrompt = 160;
-
-struct Instance {
-  std::unique_ptr<KvCacheManager> m = make_manager(LifecycleModel{});
-  testing::FakeEngine engine{*m};
-
-  PoolGroupId attention() const {
-    for (const CacheGroup& g : m->plan().cache_groups()) {
-      if (g.kind == GroupKind::kAttention) return g.pool_group;
-    }
-    return PoolGroupId(0);
-  }
-  uint64_t gpu_free(PoolGroupId pg) const {
-    return m->storage_stats().tiers[0].pool_groups[pg.value].free_slots;
-  }
-  // Prompts computed, committed with their snapshot and freed until the GPU's attention pool
-  // group has fewer than `free` free slots: the tree holds the rest, ready to be evicted.
-  std::vector<std::vector<int32_t>> fill(uint64_t free, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<std::vector<int32_t>> prompts;
-    while (gpu_free(attention()) >= free && prompts.size() < 200) {
-      prompts.push_back(random_tokens(rng, kPrompt));
-      Request r = make_request(*m, prompts.back(), kPrompt);
-      EXPECT_OK(testing::resume_compute_commit(engine, r, kPrompt));
-    }
-    return prompts;
-  }
-  std::vector<uint64_t> want(uint64_t attention_free) const {
-    std::vector<uint64_t> w(m->plan().pool_groups().size(), 0);
-    w[attention().value] = attention_free;
-    return w;
-  }
-};
+using Instance = testing::FilledTree;
+constexpr uint64_t kPrompt = Instance::kPrompt;
 
 // Where every tree page sits (tier, slot) by key and group: two managers that took the same
 // decisions agree on all of it.

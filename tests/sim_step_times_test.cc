@@ -96,9 +96,10 @@ TEST(SimStepTimes, EvictingAheadKeepsEveryPageIntactAndIsTimedApart) {
   const std::vector<std::string> lines = split(slurp(csv), '\n');
   ASSERT_GT(lines.size(), 1u);
   const std::vector<std::string> header = split(lines[0], ',');
-  ASSERT_GE(header.size(), 2u);
-  EXPECT_EQ(header[header.size() - 2], "evict_ahead");
-  EXPECT_EQ(header.back(), "admit_ahead");
+  ASSERT_GE(header.size(), 3u);
+  EXPECT_EQ(header[header.size() - 3], "evict_ahead");
+  EXPECT_EQ(header[header.size() - 2], "admit_ahead");
+  EXPECT_EQ(header.back(), "touch_ahead");
   std::remove(csv.c_str());
   std::remove(json.c_str());
 }
@@ -123,6 +124,35 @@ TEST(SimStepTimes, AdmittingAheadKeepsEveryPageIntactAndIsTimedApart) {
   // All the work ahead includes evicting ahead, step by step.
   EXPECT_GE(j["ahead_us_per_step_p99"].get<double>(),
             j["evict_ahead_us_per_step_p99"].get<double>());
+  std::remove(json.c_str());
+}
+
+// The prefixes of the next waiting requests moved to the back of the eviction order ahead of
+// each step (KvCacheManager::touch_reuse), on the host backend: every page checked by the fake
+// engine, the time reported apart from the steps, and 0 turns it off.
+TEST(SimStepTimes, TouchingQueuedPrefixesKeepsEveryPageIntactAndIsTimedApart) {
+  const std::string json = scratch("touch.json");
+  const std::string common = "sim --model " + kModel + " --trace " + kSlice + " --limit " +
+                             std::string(kVerifyLimit) +
+                             " --backend host --tp 8 --gpu-quota 512MiB --host-quota 1GiB "
+                             "--max-batch 16 --verify --quiet --admission budget --json " +
+                             json;
+  for (const char* n : {"32", "0"}) {
+    const CliRun r = run_cli(common + " --touch-queued " + n);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u);
+    EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u);
+    EXPECT_GT(j["reused_tokens"].get<uint64_t>(), 0u);
+    EXPECT_EQ(j["settings"]["touch_queued"].get<uint64_t>(), std::stoull(n));
+    if (std::string(n) == "0") {
+      EXPECT_EQ(r.out.find("touch queued"), std::string::npos) << r.out;
+      EXPECT_EQ(j["touch_queued_seconds"].get<double>(), 0.0);
+    } else {
+      EXPECT_NE(r.out.find("touch queued"), std::string::npos) << r.out;
+      EXPECT_GT(j["touch_queued_seconds"].get<double>(), 0.0);
+    }
+  }
   std::remove(json.c_str());
 }
 

@@ -286,6 +286,10 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--admit-ahead", o.admit_ahead,
                   "pages the next resumption or admission onboards ahead of each step while the "
                   "GPU computes (its request created then; 0: off; timed apart from the step)");
+  sim->add_option("--touch-queued", o.touch_queued,
+                  "waiting requests nearest the head of the queue whose reusable prefixes move to "
+                  "the back of the eviction order while the GPU computes, each once (0: off; "
+                  "timed apart from the step)");
   sim->add_option(
       "--snapshot-policy", o.snapshot_policy,
       "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, "

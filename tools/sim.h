@@ -33,6 +33,10 @@ struct SimOptions {
   // away pages come up in parts of at most this many (KvCache::prefetch), so that the resume
   // at the step finds them on the GPU. That time too is off the step's critical path.
   uint64_t admit_ahead = 0;
+  // Waiting requests nearest the head of the queue whose prefixes are touched while the GPU
+  // computes (KvCacheManager::touch_reuse), each once as it comes that near (0: off). The
+  // default is twice the default batch.
+  uint64_t touch_queued = 128;
   std::string snapshot_policy = "periodic:512,aligned-end:512,branch,end,chunk";
   uint32_t spec_tokens = 0;
   std::string backend = "none";

@@ -39,6 +39,23 @@ void Scheduler::admit_ahead() {
   if (admitting_) prefetch_ahead(admitting_->index, budget);
 }
 
+// While the GPU computes the step: the prefixes of the next --touch-queued waiting requests
+// become the most recently used (KvCacheManager::touch_reuse), each once as it comes near the
+// head of the queue, so that the requests admitted before them do not evict them first.
+void Scheduler::touch_queued() {
+  const size_t n = std::min<size_t>(o_.touch_queued, waiting_.size());
+  for (size_t i = 0; i < n; ++i) {
+    Waiting& w = waiting_[i];
+    if (w.touched) continue;
+    const std::vector<int32_t> prompt = prompt_tokens(reqs_[w.index]);
+    if (!w.keys) w.keys = hash_ahead(prompt);
+    check(timed(kOpTouch, [&] { return h_.manager().touch_reuse({}, prompt, w.keys.get()); })
+              .status(),
+          "touch_reuse");
+    w.touched = true;
+  }
+}
+
 void Scheduler::prefetch_ahead(uint64_t index, uint64_t& budget) {
   KvCache& cache = *h_.cache(index);
   if (!timed(kOpAdmitAhead, [&] { return cache.can_resume(); }).is_ok()) {

@@ -40,12 +40,13 @@ enum SimOp : uint8_t {
   kOpCanResume,
   kOpEvictAhead,  // from here on: off the step's critical path, not in its total
   kOpAdmitAhead,
+  kOpTouch,
   kSimOps
 };
 // Column names of --step-times.
 inline constexpr const char* kSimOpKeys[kSimOps] = {
-    "add_request", "resume",    "suspend",    "free",        "commit",
-    "resize",      "rebalance", "can_resume", "evict_ahead", "admit_ahead"};
+    "add_request", "resume",     "suspend",     "free",        "commit",     "resize",
+    "rebalance",   "can_resume", "evict_ahead", "admit_ahead", "touch_ahead"};
 inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)",
                                                      "resume",
                                                      "suspend",
@@ -55,7 +56,8 @@ inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)"
                                                      "rebalance (need_adjustment, adjust)",
                                                      "can_resume (before a resume)",
                                                      "evict_ahead (while the GPU computes)",
-                                                     "admit_ahead (while the GPU computes)"};
+                                                     "admit_ahead (while the GPU computes)",
+                                                     "touch_queued (while the GPU computes)"};
 
 // What a run counted.
 struct SimCounters {

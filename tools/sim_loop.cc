@@ -27,7 +27,7 @@ void Scheduler::arrivals() {
       c_.skipped_longest = std::max(c_.skipped_longest, t.input_length + t.output_length);
       ++finished_;
     } else {
-      waiting_.push_back({next_arrival_, kNoOrder, 0});
+      waiting_.push_back(Waiting{.index = next_arrival_});
     }
     ++next_arrival_;
   }
@@ -73,10 +73,7 @@ bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
     (void)h_.manager().fetch_shared({}, prompt);  // a miss (or no room) is not an error
     c_.shared_fetch_us += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
-  // Keys hashed when the request arrives, off the step (an engine's frontend thread).
-  const auto hash_start = Clock::now();
-  std::shared_ptr<const PromptKeys> keys = h_.manager().hash_prompt({}, prompt);
-  c_.hash_ahead_us += std::chrono::duration<double, std::micro>(Clock::now() - hash_start).count();
+  std::shared_ptr<const PromptKeys> keys = w.keys ? w.keys : hash_ahead(prompt);
   const Status added =
       timed(op, [&] { return h_.add_request(w.index, prompt, {}, std::move(keys)); });
   if (!added.is_ok()) {
@@ -87,16 +84,8 @@ bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
   r.index = w.index;
   r.high_water = w.high_water;
   r.order = w.order;
-  if (w.order == kNoOrder) {  // the first admission is what the report counts
-    r.order = next_order_++;
-    c_.prompt_tokens += t.input_length;
-    const ReuseMatch& m = h_.cache(w.index)->reuse_match();
-    c_.reused_tokens += m.reused_tokens;
-    c_.tree_tokens += m.divergence_tokens;
-    c_.kv_tokens += m.hybrid_tokens;
-    c_.dropped_snapshot_tokens += m.dropped_snapshot_tokens;
-    c_.bound_tokens += bound_[w.index];
-  }
+  r.counted = w.counted;
+  if (w.order == kNoOrder) r.order = next_order_++;
   if (engine_) {
     r.fake.tokens = {prompt};
     const std::vector<int32_t> output = output_tokens(t);
@@ -104,6 +93,27 @@ bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
     testing::FakeEngine::adopt_reuse(*h_.cache(w.index), r.fake);
   }
   return true;
+}
+
+// The report counts a request's reuse once, when it first computes: what a request matched
+// and gave up before computing anything (preempted for recompute) was never reused.
+void Scheduler::count_reuse(Running& r) {
+  r.counted = true;
+  c_.prompt_tokens += reqs_[r.index].input_length;
+  const ReuseMatch& m = h_.cache(r.index)->reuse_match();
+  c_.reused_tokens += m.reused_tokens;
+  c_.tree_tokens += m.divergence_tokens;
+  c_.kv_tokens += m.hybrid_tokens;
+  c_.dropped_snapshot_tokens += m.dropped_snapshot_tokens;
+  c_.bound_tokens += bound_[r.index];
+}
+
+// Keys hashed when the request arrives, off the step (an engine's frontend thread).
+std::shared_ptr<const PromptKeys> Scheduler::hash_ahead(std::span<const int32_t> prompt) {
+  const auto start = Clock::now();
+  std::shared_ptr<const PromptKeys> keys = h_.manager().hash_prompt({}, prompt);
+  c_.hash_ahead_us += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  return keys;
 }
 
 // The first waiting request, created into admitting_ (timed as `op`).
@@ -148,7 +158,10 @@ void Scheduler::recompute(Running victim) {
   preempted_ = true;
   check(timed(kOpFree, [&] { return h_.free_request(victim.index); }), "free for recompute");
   ++c_.recomputes;
-  const Waiting w{victim.index, victim.order, victim.high_water};
+  const Waiting w{.index = victim.index,
+                  .order = victim.order,
+                  .high_water = victim.high_water,
+                  .counted = victim.counted};
   auto at = std::upper_bound(waiting_.begin(), waiting_.end(), w,
                              [](const Waiting& a, const Waiting& b) { return a.order < b.order; });
   waiting_.insert(at, w);
@@ -205,6 +218,7 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
     if (fresh) ++c_.idle_joins;
     return true;
   }
+  if (!r.counted) count_reuse(r);
   uint64_t upto = history + 1;
   if (prefill) upto = std::min(*h_.next_snapshot_point(r.index), history + budget);
   // The kernel writes states inside the chunk: history advances after the step, as with an
@@ -306,6 +320,7 @@ bool Scheduler::tick() {
   rebalance();
   evict_ahead();
   admit_ahead();
+  touch_queued();
   record_step();
   if (steps_without_progress_ >= kStuckSteps) c_.error = stuck_message();
   progress(false);

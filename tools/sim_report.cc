@@ -22,7 +22,7 @@ struct StepTimes {
   double over_slow = 0;  // share of steps over kSlowStepUs
   // Work ahead of the steps, while the GPU computes (off their path): evict_ahead alone, and
   // with admit_ahead.
-  double evict_p99 = 0, evict_total = 0, admit_total = 0, ahead_p99 = 0;
+  double evict_p99 = 0, evict_total = 0, admit_total = 0, touch_total = 0, ahead_p99 = 0;
   // The steps at or above the p99: how many, and their time by call (SimOp).
   uint64_t slow_steps = 0;
   std::array<double, kSimOps> slow_ops_us{};
@@ -52,9 +52,10 @@ StepTimes step_times(const SimCounters& c) {
   std::vector<double> evict, ahead;
   for (const auto& ops : c.step_ops_us) {
     evict.push_back(ops[kOpEvictAhead]);
-    ahead.push_back(ops[kOpEvictAhead] + ops[kOpAdmitAhead]);
+    ahead.push_back(ops[kOpEvictAhead] + ops[kOpAdmitAhead] + ops[kOpTouch]);
     t.evict_total += ops[kOpEvictAhead];
     t.admit_total += ops[kOpAdmitAhead];
+    t.touch_total += ops[kOpTouch];
   }
   t.evict_p99 = percentile(evict, 990);
   t.ahead_p99 = percentile(ahead, 990);
@@ -155,6 +156,9 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"attention_only", o.attention_only},
           {"arrival", o.arrival},
           {"admission", o.admission},
+          {"evict_ahead", o.evict_ahead},
+          {"admit_ahead", o.admit_ahead},
+          {"touch_queued", o.touch_queued},
           {"step_ms", o.step_ms},
           {"typical_len", o.typical_len},
           {"rebalance", o.rebalance},
@@ -294,6 +298,7 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["evict_ahead_us_per_step_p99"] = f.times.evict_p99;
   j["evict_ahead_seconds"] = f.times.evict_total / 1e6;
   j["admit_ahead_seconds"] = f.times.admit_total / 1e6;
+  j["touch_queued_seconds"] = f.times.touch_total / 1e6;
   j["ahead_us_per_step_p99"] = f.times.ahead_p99;
   j["pages_prefetched"] = c.pages_prefetched;
   nlohmann::json slow;
@@ -398,6 +403,12 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
         "admit ahead         %.1f s in all (%llu pages onboarded ahead of their resume); all work "
         "ahead p99 %.1f us per step (not in the step's time)\n",
         f.times.admit_total / 1e6, static_cast<ull>(c.pages_prefetched), f.times.ahead_p99);
+  }
+  if (o.touch_queued > 0) {
+    std::printf(
+        "touch queued        %.1f s in all (the next %llu waiting requests' prefixes); all work "
+        "ahead p99 %.1f us per step (not in the step's time)\n",
+        f.times.touch_total / 1e6, static_cast<ull>(o.touch_queued), f.times.ahead_p99);
   }
   std::printf("prompt keys         hashed ahead, off the step: %.1f s in all\n",
               c.hash_ahead_us / 1e6);

@@ -26,6 +26,10 @@ struct Waiting {
   uint64_t index = 0;
   uint64_t order = kNoOrder;  // first-admission order; kNoOrder: never admitted
   uint64_t high_water = 0;    // most tokens ever computed for it
+  bool counted = false;       // its reuse is in the report (it computed)
+  bool touched = false;       // its prefix was touched (--touch-queued)
+  std::shared_ptr<const PromptKeys> keys =
+      nullptr;  // hashed when it first came near the queue's head
 };
 
 struct Running {
@@ -33,7 +37,8 @@ struct Running {
   uint64_t order = 0;
   uint64_t high_water = 0;
   uint64_t generated = 0;
-  bool fresh = false;  // joined the running batch in this step
+  bool counted = false;  // its reuse is in the report (it computed)
+  bool fresh = false;    // joined the running batch in this step
   testing::FakeRequest fake;
 };
 
@@ -77,6 +82,8 @@ class Scheduler {
   void admit(uint64_t* budget);
   void join(Running r, uint64_t* budget);
   bool create(Running& r, const Waiting& w, SimOp op = kOpAdd);
+  void count_reuse(Running& r);
+  std::shared_ptr<const PromptKeys> hash_ahead(std::span<const int32_t> prompt);
   bool create_next(SimOp op);
   void step();
   // running_[i]'s share of the step; false when it left running_ (finished or preempted).
@@ -90,6 +97,7 @@ class Scheduler {
   void rebalance();
   void evict_ahead();
   void admit_ahead();
+  void touch_queued();
   void prefetch_ahead(uint64_t index, uint64_t& budget);
   void progress(bool last);
   std::string stuck_message() const;

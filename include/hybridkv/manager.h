@@ -145,6 +145,16 @@ class KvCacheManager {
   // evicted; kInvalidArgument (changing nothing) when free_slots does not have one entry per
   // pool group.
   Result<uint64_t> evict_ahead(std::span<const uint64_t> free_slots, uint64_t max_evictions);
+  // A request waits in the engine's queue: every tree page create_kv_cache would reuse of its
+  // prompt becomes the most recent in its eviction queue, as if a request had just used and
+  // released it, so that the traffic admitted before it does not evict its prefix first (the
+  // scheduler knows what comes next; LRU alone does not). Takes no reference and counts no
+  // lookup: the pages stay evictable, only later. Between steps, like evict_ahead. `keys`:
+  // hash_prompt's for this prompt, or null (hashed here); kInvalidArgument (changing nothing)
+  // when they were computed for another prompt. Returns what create_kv_cache would reuse now.
+  Result<ReuseMatch> touch_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
+                                 const PromptKeys* keys = nullptr,
+                                 std::span<const MultimodalItem> multimodal = {});
   // Refused (kFailedPrecondition) while caches are open.
   [[nodiscard]] Status shutdown();
 

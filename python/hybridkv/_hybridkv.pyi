@@ -520,6 +520,11 @@ class KvCacheManager:
     def probe_reuse(self, tokens: Sequence[int]) -> int:
         """Tokens a cache created for this prompt would reuse (changes nothing)."""
 
+    def touch_reuse(self, tokens: Sequence[int]) -> int:
+        """
+        A request waits in the engine's queue: the tree pages a cache for this prompt would reuse become the most recently used in their eviction queues (no reference taken, nothing counted). Returns the tokens it would reuse.
+        """
+
     def take_copies(self) -> list:
         """
         BackendKind.ENGINE: the copy batches submitted since the last take, oldest first: dicts (event, lists of {src_tier, dst_tier, src_pool_group, dst_pool_group, slot_bytes, src_slots, dst_slots}); run the lists in order, then copies_done(event).

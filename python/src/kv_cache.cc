@@ -275,6 +275,16 @@ void bind_kv_cache_manager(nb::module_& m) {
           },
           "tokens"_a, "Tokens a cache created for this prompt would reuse (changes nothing).")
       .def(
+          "touch_reuse",
+          [](KvCacheManager& mgr, std::vector<int32_t> tokens) {
+            nb::gil_scoped_release release;
+            return value_or_raise(mgr.touch_reuse({}, tokens)).reused_tokens;
+          },
+          "tokens"_a,
+          "A request waits in the engine's queue: the tree pages a cache for this prompt would "
+          "reuse become the most recently used in their eviction queues (no reference taken, "
+          "nothing counted). Returns the tokens it would reuse.")
+      .def(
           "take_copies",
           [](KvCacheManager& mgr) {
             std::vector<EngineCopyBatch> batches;

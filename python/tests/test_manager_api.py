@@ -49,6 +49,8 @@ def test_kv_cache_lifecycle_reuse_and_a_cache_outliving_its_manager():
     a.resize(64, 64)
     a.close()
     assert m.probe_reuse(prompt) == 64
+    assert m.touch_reuse(prompt) == 64  # what it would reuse; nothing is taken
+    assert m.probe_reuse(prompt) == 64
     b = m.create_kv_cache(prompt)
     assert b.reused_tokens == 64
     del m

@@ -36,7 +36,8 @@ std::shared_ptr<const PromptKeys> CoreAccess::make_keys(const ManagerConfig& con
 }
 
 Status CoreAccess::check_keys(const PromptKeys& keys, const ManagerConfig& config,
-                              const CacheOptions& options) {
+                              const ReuseScope& scope, std::span<const int32_t> tokens,
+                              std::span<const MultimodalItem> multimodal) {
   const std::string what = "prompt_keys: computed for ";
   if (keys.tokens_per_block_ != config.tokens_per_block || keys.kind_ != config.block_hash) {
     if (keys.tokens_per_block_ == config.tokens_per_block)
@@ -44,12 +45,10 @@ Status CoreAccess::check_keys(const PromptKeys& keys, const ManagerConfig& confi
     return Status::invalid(what + "tokens_per_block " + std::to_string(keys.tokens_per_block_) +
                            "; this manager's is " + std::to_string(config.tokens_per_block));
   }
-  if (!(keys.scope_ == options.scope)) return Status::invalid(what + "another reuse scope");
-  if (keys.tokens_ != options.input_tokens.size() ||
-      keys.fingerprint_ != fingerprint(options.input_tokens, options.multimodal)) {
+  if (!(keys.scope_ == scope)) return Status::invalid(what + "another reuse scope");
+  if (keys.tokens_ != tokens.size() || keys.fingerprint_ != fingerprint(tokens, multimodal)) {
     return Status::invalid(what + "another prompt (" + std::to_string(keys.tokens_) +
-                           " tokens; this one has " + std::to_string(options.input_tokens.size()) +
-                           ")");
+                           " tokens; this one has " + std::to_string(tokens.size()) + ")");
   }
   return Status::ok();
 }

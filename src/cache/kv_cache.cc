@@ -182,6 +182,12 @@ Result<uint64_t> KvCacheManager::evict_ahead(std::span<const uint64_t> free_slot
                                              uint64_t max_evictions) {
   return core_->memory().evict_ahead(free_slots, max_evictions);
 }
+Result<ReuseMatch> KvCacheManager::touch_reuse(const ReuseScope& scope,
+                                               std::span<const int32_t> tokens,
+                                               const PromptKeys* keys,
+                                               std::span<const MultimodalItem> multimodal) {
+  return core_->memory().touch_reuse(scope, tokens, keys, multimodal);
+}
 Status KvCacheManager::set_quota(TierKind tier, uint64_t quota_bytes) {
   return core_->memory().set_quota(tier, quota_bytes);
 }

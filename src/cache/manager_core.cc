@@ -322,7 +322,10 @@ Result<uint32_t> ManagerCore::create(CacheOptions&& options) {
   }
   if (Status s = check_beam_width(options.beam_width); !s) return s;
   if (options.prompt_keys) {
-    if (Status s = CoreAccess::check_keys(*options.prompt_keys, config, options); !s) return s;
+    if (Status s = CoreAccess::check_keys(*options.prompt_keys, config, options.scope,
+                                          options.input_tokens, options.multimodal);
+        !s)
+      return s;
   }
   if (options.beam_width > 1) {
     for (const PoolGroup& pg : plan_.pool_groups()) {

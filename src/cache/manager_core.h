@@ -54,7 +54,8 @@ struct CoreAccess {
   // Ok when `keys` were computed for exactly this prompt on a manager of this config; the
   // error names what differs.
   static Status check_keys(const PromptKeys& keys, const ManagerConfig& config,
-                           const CacheOptions& options);
+                           const ReuseScope& scope, std::span<const int32_t> tokens,
+                           std::span<const MultimodalItem> multimodal);
   static const std::vector<BlockKey>& keys_of(const PromptKeys& keys) { return keys.keys_; }
   // The cache's own tokens (ManagerCore::tokens): the hybrid manager reads its prompt there
   // instead of keeping a second copy.

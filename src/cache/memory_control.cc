@@ -145,6 +145,22 @@ Result<uint64_t> MemoryControl::evict_ahead(std::span<const uint64_t> free_slots
   return evicted;
 }
 
+Result<ReuseMatch> MemoryControl::touch_reuse(const ReuseScope& scope,
+                                              std::span<const int32_t> tokens,
+                                              const PromptKeys* keys,
+                                              std::span<const MultimodalItem> multimodal) {
+  std::unique_lock lock(core_.mu_);
+  std::span<const BlockKey> key_span;
+  if (keys) {
+    const Status s = CoreAccess::check_keys(*keys, core_.plan_.config(), scope, tokens, multimodal);
+    if (!s) return s;
+    key_span = CoreAccess::keys_of(*keys);
+  }
+  ReuseMatch match = core_.index_.touch_reuse(scope, tokens, multimodal, key_span);
+  core_.after_mutation();
+  return match;
+}
+
 Status MemoryControl::set_quota(TierKind kind, uint64_t bytes) {
   std::unique_lock lock(core_.mu_);
   const Result<storage::TierIndex> t = tier_index(core_.plan_, kind);

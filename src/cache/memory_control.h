@@ -1,7 +1,8 @@
 // MemoryControl: the manager-wide memory decisions, apart from any one request: the quota of
 // each tier (read and changed while caches live), rebalancing slots between pool groups within
 // a tier's budget (the policy named by ManagerConfig::policies.rebalance), clearing the
-// reusable blocks, the storage counts, and shutdown.
+// reusable blocks, the eviction order ahead of queued requests (touch_reuse), the storage
+// counts, and shutdown.
 //
 // It owns the quotas in force and the rebalancing policy; the pools, pages and caches it acts
 // on belong to the ManagerCore it is part of, and every method takes the core's lock.
@@ -12,9 +13,14 @@
 #include <vector>
 
 #include "cache/rebalance_policy.h"
+#include "hybridkv/reuse.h"
 #include "hybridkv/stats.h"
 #include "hybridkv/status.h"
 #include "storage/storage.h"
+
+namespace hybridkv {
+class PromptKeys;
+}  // namespace hybridkv
 
 namespace hybridkv::cache_detail {
 
@@ -33,6 +39,9 @@ class MemoryControl {
   bool need_adjustment() const;
   Result<bool> adjust();
   Result<uint64_t> evict_ahead(std::span<const uint64_t> free_slots, uint64_t max_evictions);
+  Result<ReuseMatch> touch_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
+                                 const PromptKeys* keys,
+                                 std::span<const MultimodalItem> multimodal);
   void clear_reusable_blocks();
   StorageStats storage_stats() const;
   // Refused while caches are open; afterwards create() is refused.

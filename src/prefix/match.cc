@@ -354,6 +354,34 @@ MatchPlan PrefixIndex::match(BlockHasher& hasher, const ReuseScope& scope,
   return mp;
 }
 
+ReuseMatch PrefixIndex::touch_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
+                                    std::span<const MultimodalItem> multimodal,
+                                    std::span<const BlockKey> keys) {
+  MatchPlan mp = match(hasher_, scope, tokens, multimodal, keys);
+  fill_reused_pages(mp);
+  // Deepest first, as a release queues a path (LRU then evicts it from its end): the SSM
+  // snapshots at the match's end, then the attention pages from the last block back.
+  const auto touch = [&](PageId p) {
+    if (p != kNoPage) storage_.touch(p);
+  };
+  size_t blocks = 0;
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    const std::vector<PageId>& pages = mp.pages[g.id.value];
+    if (g.kind == GroupKind::kSsm) {
+      for (const PageId p : pages) touch(p);
+    } else {
+      blocks = std::max(blocks, pages.size());
+    }
+  }
+  for (size_t b = blocks; b-- > 0;) {
+    for (const CacheGroup& g : plan_.cache_groups()) {
+      const std::vector<PageId>& pages = mp.pages[g.id.value];
+      if (g.kind != GroupKind::kSsm && b < pages.size()) touch(pages[b]);
+    }
+  }
+  return mp.match;
+}
+
 MatchPlan PrefixIndex::match_and_mark_demand(const ReuseScope& scope,
                                              std::span<const int32_t> tokens,
                                              std::span<const MultimodalItem> multimodal,

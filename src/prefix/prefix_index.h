@@ -70,6 +70,12 @@ class PrefixIndex final : public storage::PageOwner {
   MatchPlan match_and_mark_demand(const ReuseScope& scope, std::span<const int32_t> tokens,
                                   std::span<const MultimodalItem> multimodal,
                                   std::span<const BlockKey> keys = {});
+  // match(), then every tree page the match would reuse becomes the most recent in its
+  // eviction queue (storage::Storage::touch), deepest block first as a release queues them.
+  // Counts nothing and takes no reference.
+  ReuseMatch touch_reuse(const ReuseScope& scope, std::span<const int32_t> tokens,
+                         std::span<const MultimodalItem> multimodal,
+                         std::span<const BlockKey> keys = {});
   // Counts a lookup for `groups` (and reused pages served per tier).
   void record_lookup(const ReuseMatch& match, std::span<const CacheGroupId> groups);
   // A cache took these pages of a match (once per reference).

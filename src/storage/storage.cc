@@ -286,6 +286,10 @@ void Storage::note_hit(PageId id) {
   if (p.hits < UINT32_MAX) ++p.hits;
 }
 
+void Storage::touch(PageId id) {
+  requeue(id, [] {});
+}
+
 template <typename Change>
 void Storage::requeue(PageId id, Change&& change) {
   Page& p = mutable_page(id);

@@ -162,6 +162,9 @@ class Storage {
   void set_age_class(PageId id, uint8_t age_class);
   // A match served the page (Page::hits, read by the offload rule and snapshot pricing).
   void note_hit(PageId id);
+  // A waiting request will reuse the page: a queued page rejoins its queue as the most recent
+  // entry, as if a request had just used and released it. Nothing else changes.
+  void touch(PageId id);
   // Takes a page out of its queue while an operation works on it / puts it back.
   void pin(PageId id);
   void unpin(PageId id);

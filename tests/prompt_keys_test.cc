@@ -7,9 +7,30 @@
 #include <gtest/gtest.h>
 
 #include "lifecycle_fixture.h"
+#include "util/xxh3.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace hybridkv {
 namespace {
+
+// Prompts are fingerprinted with AVX2 where the CPU has it: the value is XXH3's, whatever the
+// unit, at every length (XXH3 takes other paths below 16, 128 and 240 bytes and per stripe).
+TEST(PromptFingerprint, IsXxh3OnEveryPathAndLength) {
+  std::mt19937_64 rng(3);
+  std::vector<uint8_t> bytes(340 * 1024 + 7);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  for (const size_t n :
+       {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{127}, size_t{128}, size_t{239},
+        size_t{240}, size_t{241}, size_t{1023}, size_t{1024}, size_t{65537}, bytes.size()}) {
+    for (const size_t offset : {size_t{0}, size_t{3}}) {
+      if (offset + n > bytes.size()) continue;
+      EXPECT_EQ(util::xxh3_64(bytes.data() + offset, n), XXH3_64bits(bytes.data() + offset, n))
+          << n << " bytes at offset " << offset;
+    }
+  }
+}
 
 using testing::advance;
 using testing::LifecycleModel;

@@ -5,13 +5,14 @@
 #include <xxhash.h>
 
 #include "cache/manager_core.h"
+#include "util/xxh3.h"
 
 namespace hybridkv::cache_detail {
 namespace {
 
 // The tokens and the multimodal items' positions and digests.
 uint64_t fingerprint(std::span<const int32_t> tokens, std::span<const MultimodalItem> items) {
-  uint64_t h = XXH3_64bits(tokens.data(), tokens.size_bytes());
+  uint64_t h = util::xxh3_64(tokens.data(), tokens.size_bytes());
   for (const MultimodalItem& item : items) {
     h = XXH3_64bits_withSeed(item.digest.data(), item.digest.size(), h ^ item.position);
   }

@@ -5,9 +5,7 @@
 #include <cstring>
 
 #include "util/check.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "util/xxh3.h"
 
 namespace hybridkv {
 namespace {
@@ -49,7 +47,7 @@ void seal_shared_object(const SharedObjectHeader& header, std::span<std::byte> o
   put_u64(out + 16, header.token_digest);
   put_u64(out + 24, object.size() - framing);
   const size_t body = object.size() - kSharedObjectTrailerBytes;
-  put_u64(out + body, XXH3_64bits(out, body));
+  put_u64(out + body, util::xxh3_64(out, body));
 }
 
 std::vector<std::byte> encode_shared_object(const SharedObjectHeader& header,
@@ -82,7 +80,7 @@ Result<std::span<const std::byte>> open_shared_object(std::span<const std::byte>
                    std::to_string(object.size() - framing) + " bytes follow the header");
   }
   const size_t body = kSharedObjectHeaderBytes + length;
-  const uint64_t sum = XXH3_64bits(object.data(), body);
+  const uint64_t sum = util::xxh3_64(object.data(), body);
   if (sum != get_u64(object.data() + body)) {
     return corrupt("checksum " + hex(get_u64(object.data() + body)) + " is not the content's " +
                    hex(sum));

@@ -67,7 +67,9 @@ BENCHMARK(BM_DecodeStep256)->Iterations(2000)->Unit(benchmark::kMicrosecond);
 // The admission of an 85,401-token prompt (the conversation trace's 99th percentile) on
 // Nemotron-H (none backend, 16 GiB): add_request with its keys hashed ahead, can_resume and
 // resume, as a scheduler's step does them; range(0) tokens per page; range(1): 1 when an
-// earlier request committed the whole prompt (the match walks it), 0 for a new prompt.
+// earlier request committed the whole prompt (the match walks it), 0 for a new prompt;
+// range(2): 1 when the prompt is moved in (add_request(id, std::vector&&)), 0 when the manager
+// copies it from a span.
 void BM_AdmitLongPrompt(benchmark::State& state) {
   constexpr uint64_t kTokens = 85401;
   Result<ModelDescription> model =
@@ -93,9 +95,13 @@ void BM_AdmitLongPrompt(benchmark::State& state) {
     state.PauseTiming();
     ++id;
     std::shared_ptr<const PromptKeys> keys = h->manager().hash_prompt({}, prompt);
+    std::vector<int32_t> handed = prompt;  // moved in with range(2) == 1
     state.ResumeTiming();
-    if (!h->add_request(id, prompt, {}, std::move(keys)).is_ok() ||
-        !h->cache(id)->can_resume().is_ok() || !h->resume(id).is_ok()) {
+    const Status added =
+        state.range(2) == 1
+            ? h->add_request(id, std::move(handed), {}, std::move(keys))
+            : h->add_request(id, std::span<const int32_t>(prompt), {}, std::move(keys));
+    if (!added.is_ok() || !h->cache(id)->can_resume().is_ok() || !h->resume(id).is_ok()) {
       state.SkipWithError("admission failed");
       return;
     }
@@ -105,10 +111,14 @@ void BM_AdmitLongPrompt(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_AdmitLongPrompt)
-    ->Args({32, 0})
-    ->Args({32, 1})
-    ->Args({512, 0})
-    ->Args({512, 1})
+    ->Args({32, 0, 0})
+    ->Args({32, 0, 1})
+    ->Args({32, 1, 0})
+    ->Args({32, 1, 1})
+    ->Args({512, 0, 0})
+    ->Args({512, 0, 1})
+    ->Args({512, 1, 0})
+    ->Args({512, 1, 1})
     ->Unit(benchmark::kMicrosecond);
 
 // A 32k-token Nemotron-H request is pushed to the host tier by a request that takes every GPU

@@ -193,6 +193,43 @@ TEST(HybridPlan, EveryRequestOfAFullBatchHasAStateSlot) {
   EXPECT_NE(small.status().message().find("66 ACTIVE requests"), std::string::npos);
 }
 
+// A prompt handed over (add_request(id, std::vector&&)) becomes the cache's own tokens; a
+// refused one (an id taken, keys of another prompt) is left with the caller, whole.
+TEST(HybridRequests, AMovedPromptIsTheCachesAndARefusalLeavesItWhole) {
+  ServingConfig s = serving64(0);
+  s.tiers = {{TierKind::kGpu, 16ull << 30, ""}};
+  auto h =
+      std::move(HybridCacheManager::create(model("nemotron_h_8b.json"), s, {BackendKind::kNone}))
+          .value();
+  std::vector<int32_t> prompt(1000);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 7 + 1);
+  const std::vector<int32_t> copy = prompt;
+  std::vector<int32_t> moved = prompt;
+  ASSERT_TRUE(h->add_request(1, std::move(moved)).is_ok());
+  EXPECT_EQ(h->cache(1)->reuse_match().lookup_tokens, copy.size() - 1);  // less the last token
+  std::vector<int32_t> again = prompt;
+  const Status taken = h->add_request(1, std::move(again));
+  EXPECT_EQ(taken.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(again, copy);
+  std::vector<int32_t> other = prompt;
+  other[500] += 1;
+  std::vector<int32_t> handed = other;
+  const Status wrong =
+      h->add_request(2, std::move(handed), {}, h->manager().hash_prompt({}, prompt));
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument) << wrong.to_string();
+  EXPECT_EQ(handed, other);
+  EXPECT_EQ(h->cache(2), nullptr);
+  // What the moved prompt's request commits, the same prompt by span reuses.
+  ASSERT_TRUE(h->resume(1).is_ok());
+  ASSERT_TRUE(h->resize(1, copy.size(), copy.size()).is_ok());
+  ASSERT_TRUE(h->commit_at_snapshot(1).is_ok());
+  ASSERT_TRUE(h->free_request(1).is_ok());
+  std::vector<int32_t> next = copy;
+  next.resize(copy.size() + 50, 3);
+  ASSERT_TRUE(h->add_request(3, std::span<const int32_t>(next)).is_ok());
+  EXPECT_EQ(h->cache(3)->reuse_match().reused_tokens, copy.size());
+}
+
 // --- Lifecycle per family, through the fake engine on the host backend ---
 
 struct Family {

@@ -67,15 +67,17 @@ void Scheduler::join(Running r, uint64_t* budget) {
 
 bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
   const TraceRequest& t = reqs_[w.index];
-  const std::vector<int32_t> prompt = prompt_tokens(t);
+  std::vector<int32_t> prompt = prompt_tokens(t);
   if (h_.serving().shared.store && w.order == kNoOrder) {  // a new request: the shared tier first
     const auto start = Clock::now();
     (void)h_.manager().fetch_shared({}, prompt);  // a miss (or no room) is not an error
     c_.shared_fetch_us += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
   std::shared_ptr<const PromptKeys> keys = w.keys ? w.keys : hash_ahead(prompt);
+  // The fake engine keeps its own copy; the manager takes the prompt.
+  std::vector<int32_t> fake_tokens = engine_ ? prompt : std::vector<int32_t>{};
   const Status added =
-      timed(op, [&] { return h_.add_request(w.index, prompt, {}, std::move(keys)); });
+      timed(op, [&] { return h_.add_request(w.index, std::move(prompt), {}, std::move(keys)); });
   if (!added.is_ok()) {
     c_.error = "add_request: " + added.to_string();
     return false;
@@ -87,7 +89,7 @@ bool Scheduler::create(Running& r, const Waiting& w, SimOp op) {
   r.counted = w.counted;
   if (w.order == kNoOrder) r.order = next_order_++;
   if (engine_) {
-    r.fake.tokens = {prompt};
+    r.fake.tokens = {std::move(fake_tokens)};
     const std::vector<int32_t> output = output_tokens(t);
     r.fake.tokens[0].insert(r.fake.tokens[0].end(), output.begin(), output.end());
     testing::FakeEngine::adopt_reuse(*h_.cache(w.index), r.fake);

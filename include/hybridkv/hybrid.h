@@ -137,6 +137,10 @@ class HybridCacheManager {
   // arrived), so that neither this call nor the prompt's commits hash it.
   Status add_request(uint64_t request_id, std::span<const int32_t> prompt, ReuseScope scope = {},
                      std::shared_ptr<const PromptKeys> keys = nullptr);
+  // The same, the prompt moved into the cache instead of copied (a long prompt is hundreds of
+  // KB, copied on the step that admits it). On an error `prompt` is left as it was.
+  Status add_request(uint64_t request_id, std::vector<int32_t>&& prompt, ReuseScope scope = {},
+                     std::shared_ptr<const PromptKeys> keys = nullptr);
   Status resume(uint64_t request_id);
   Status suspend(uint64_t request_id);
   Status resize(uint64_t request_id, uint64_t capacity, uint64_t history);

@@ -118,16 +118,29 @@ Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> pro
   if (requests_->by_id.count(id)) {
     return Status::invalid("request " + std::to_string(id) + " already exists");
   }
+  return add_request(id, std::vector<int32_t>(prompt.begin(), prompt.end()), scope,
+                     std::move(keys));
+}
+
+Status HybridCacheManager::add_request(uint64_t id, std::vector<int32_t>&& prompt,
+                                       ReuseScope scope, std::shared_ptr<const PromptKeys> keys) {
+  if (requests_->by_id.count(id)) {
+    return Status::invalid("request " + std::to_string(id) + " already exists");
+  }
+  const uint64_t prompt_len = prompt.size();
   CacheOptions o;
   o.scope = scope;
-  o.input_tokens.assign(prompt.begin(), prompt.end());
+  o.input_tokens = std::move(prompt);
   o.label = "request " + std::to_string(id);
   o.prompt_keys = std::move(keys);
   Result<std::unique_ptr<KvCache>> cache = manager_->create_kv_cache(std::move(o));
-  if (!cache) return cache.status();
+  if (!cache) {
+    prompt = std::move(o.input_tokens);  // create_kv_cache left the options whole
+    return cache.status();
+  }
   Request r;
   r.cache = std::move(cache).value();
-  r.prompt_len = prompt.size();
+  r.prompt_len = prompt_len;
   ReuseMatch match = r.cache->reuse_match();
   r.divergence = match.divergence_tokens;
   r.scope = scope;

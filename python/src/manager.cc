@@ -157,7 +157,7 @@ void bind_requests(nb::class_<Manager>& cls) {
       .def(
           "add_request",
           [](Manager& m, uint64_t id, std::vector<int32_t> prompt) {
-            m.call([&](HybridCacheManager& h) { return h.add_request(id, prompt); });
+            m.call([&](HybridCacheManager& h) { return h.add_request(id, std::move(prompt)); });
           },
           "request_id"_a, "prompt"_a, "A new request, SUSPENDED, holding what the tree offers.")
       .def(

@@ -270,6 +270,11 @@ class HybridCacheManager:
         Frees GPU slots for step_tokens new tokens in every attention group (at most 1/8 of a pool group) while the GPU computes a step, so the next step's allocations find them free; returns the pages evicted (moved down a tier or dropped, as an allocation would).
         """
 
+    def touch_reuse(self, prompt: Sequence[int]) -> int:
+        """
+        A request waits in the engine's queue: the tree pages its prompt would reuse become the most recently used in their eviction queues (no reference taken, nothing counted), so the requests admitted before it do not evict them first. Returns the tokens it would reuse.
+        """
+
     def reset_replay(self, stream: int = 0, rank: int = 0) -> None:
         """
         Zeroes rank `rank`'s replay buffers of the last decode_step's replay_resets (one batched kernel on the CUDA stream with the cuda backend); once per rank.

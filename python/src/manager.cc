@@ -301,7 +301,20 @@ void bind_steps(nb::class_<Manager>& cls) {
           "Frees GPU slots for step_tokens new tokens in every attention group (at most 1/8 of "
           "a pool group) while the GPU computes a step, so the next step's allocations find them "
           "free; returns the pages evicted (moved down a tier or dropped, as an allocation "
-          "would).");
+          "would).")
+      .def(
+          "touch_reuse",
+          [](Manager& m, std::vector<int32_t> prompt) {
+            return value_or_raise(m.locked([&](HybridCacheManager& h) {
+                     return h.manager().touch_reuse({}, prompt);
+                   }))
+                .reused_tokens;
+          },
+          "prompt"_a,
+          "A request waits in the engine's queue: the tree pages its prompt would reuse become "
+          "the most recently used in their eviction queues (no reference taken, nothing "
+          "counted), so the requests admitted before it do not evict them first. Returns the "
+          "tokens it would reuse.");
 }
 
 void bind_diagnostics(nb::class_<Manager>& cls) {

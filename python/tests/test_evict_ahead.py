@@ -53,3 +53,37 @@ def test_a_kv_cache_manager_names_a_wrong_list_of_pool_groups():
     assert m.evict_ahead([0] * groups, 10) == 0  # nothing asked, nothing evicted
     with pytest.raises(ValueError, match=f"free_slots has {groups + 1} entries"):
         m.evict_ahead([5] * (groups + 1), 10)
+
+
+def test_a_touched_prompt_stays_on_the_gpu_while_the_others_go():
+    """touch_reuse (issue 35, reuse): the prompt a queued request will reuse moves to the back of
+    the eviction order, so evicting ahead takes the other prompts first."""
+    tiers = [hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=1 << 30),
+             hk.TierConfig(kind=hk.TierKind.HOST, quota_bytes=2 << 30)]
+    runs = {}
+    for touch in (False, True):
+        h = hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8),
+                                  hk.ServingConfig(max_batch=4, tiers=tiers), hk.BackendKind.HOST)
+        attention = max(s["pool_group"] for s in h.storage_stats()
+                        if s["tier"] == hk.TierKind.GPU and s["total_slots"] > 1000)
+        prompts = []
+        for i in range(100):
+            if gpu_slots(h.storage_stats(), attention)["free_slots"] < 64:
+                break
+            prompts.append([10_000 * (i + 1) + t for t in range(2048)])
+            h.add_request(i, prompts[-1])
+            h.resume(i)
+            h.resize(i, 2048, 2048)
+            h.commit_at_snapshot(i)
+            h.free_request(i)
+        turn = prompts[0] + [1] * 100  # the oldest prompt's next turn: LRU's first victim
+        if touch:
+            assert h.touch_reuse(turn) > 0  # what it would reuse; nothing taken
+        assert h.evict_ahead(4096) > 0
+        h.take_iteration_stats()
+        h.add_request(500, turn)
+        assert h.request(500)["reused_tokens"] > 0
+        h.resume(500)  # brings up whatever went down a tier
+        runs[touch] = h.take_iteration_stats()["bytes_onboarded"]
+    assert runs[False] > 0  # untouched, its KV went to the host and came back
+    assert runs[True] < runs[False], runs

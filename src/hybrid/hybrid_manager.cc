@@ -122,8 +122,8 @@ Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> pro
                      std::move(keys));
 }
 
-Status HybridCacheManager::add_request(uint64_t id, std::vector<int32_t>&& prompt,
-                                       ReuseScope scope, std::shared_ptr<const PromptKeys> keys) {
+Status HybridCacheManager::add_request(uint64_t id, std::vector<int32_t>&& prompt, ReuseScope scope,
+                                       std::shared_ptr<const PromptKeys> keys) {
   if (requests_->by_id.count(id)) {
     return Status::invalid("request " + std::to_string(id) + " already exists");
   }

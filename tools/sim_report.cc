@@ -21,7 +21,7 @@ struct StepTimes {
   double max = 0;
   double over_slow = 0;  // share of steps over kSlowStepUs
   // Work ahead of the steps, while the GPU computes (off their path): evict_ahead alone, and
-  // with admit_ahead.
+  // with admit_ahead and touch_queued.
   double evict_p99 = 0, evict_total = 0, admit_total = 0, touch_total = 0, ahead_p99 = 0;
   // The steps at or above the p99: how many, and their time by call (SimOp).
   uint64_t slow_steps = 0;

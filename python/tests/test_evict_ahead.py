@@ -17,7 +17,9 @@ def gpu_slots(stats, pool_group):
     return row
 
 
-def test_the_hybrid_manager_frees_a_steps_attention_pages_and_the_prompt_is_still_reused():
+def filled_manager():
+    """A Nemotron-H manager (host backend, GPU 1 GiB + host 2 GiB) with prompts computed and
+    freed until the GPU's KV pool is nearly full: (manager, its attention pool group, prompts)."""
     tiers = [hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=1 << 30),
              hk.TierConfig(kind=hk.TierKind.HOST, quota_bytes=2 << 30)]
     h = hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8),
@@ -25,7 +27,7 @@ def test_the_hybrid_manager_frees_a_steps_attention_pages_and_the_prompt_is_stil
     attention = max(s["pool_group"] for s in h.storage_stats()
                     if s["tier"] == hk.TierKind.GPU and s["total_slots"] > 1000)
     prompts = []
-    for i in range(100):  # prompts computed and freed until the GPU's KV pool is nearly full
+    for i in range(100):
         if gpu_slots(h.storage_stats(), attention)["free_slots"] < 64:
             break
         prompts.append([10_000 * (i + 1) + t for t in range(2048)])
@@ -34,6 +36,11 @@ def test_the_hybrid_manager_frees_a_steps_attention_pages_and_the_prompt_is_stil
         h.resize(i, 2048, 2048)
         h.commit_at_snapshot(i)
         h.free_request(i)
+    return h, attention, prompts
+
+
+def test_the_hybrid_manager_frees_a_steps_attention_pages_and_the_prompt_is_still_reused():
+    h, attention, prompts = filled_manager()
     before = gpu_slots(h.storage_stats(), attention)
     assert before["free_slots"] < 64 and before["evictable_slots"] > 0
     evicted = h.evict_ahead(4096)
@@ -58,24 +65,9 @@ def test_a_kv_cache_manager_names_a_wrong_list_of_pool_groups():
 def test_a_touched_prompt_stays_on_the_gpu_while_the_others_go():
     """touch_reuse (issue 35, reuse): the prompt a queued request will reuse moves to the back of
     the eviction order, so evicting ahead takes the other prompts first."""
-    tiers = [hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=1 << 30),
-             hk.TierConfig(kind=hk.TierKind.HOST, quota_bytes=2 << 30)]
     runs = {}
     for touch in (False, True):
-        h = hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8),
-                                  hk.ServingConfig(max_batch=4, tiers=tiers), hk.BackendKind.HOST)
-        attention = max(s["pool_group"] for s in h.storage_stats()
-                        if s["tier"] == hk.TierKind.GPU and s["total_slots"] > 1000)
-        prompts = []
-        for i in range(100):
-            if gpu_slots(h.storage_stats(), attention)["free_slots"] < 64:
-                break
-            prompts.append([10_000 * (i + 1) + t for t in range(2048)])
-            h.add_request(i, prompts[-1])
-            h.resume(i)
-            h.resize(i, 2048, 2048)
-            h.commit_at_snapshot(i)
-            h.free_request(i)
+        h, _, prompts = filled_manager()
         turn = prompts[0] + [1] * 100  # the oldest prompt's next turn: LRU's first victim
         if touch:
             assert h.touch_reuse(turn) > 0  # what it would reuse; nothing taken

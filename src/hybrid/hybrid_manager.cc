@@ -115,9 +115,6 @@ KvCache* HybridCacheManager::cache(uint64_t id) {
 
 Status HybridCacheManager::add_request(uint64_t id, std::span<const int32_t> prompt,
                                        ReuseScope scope, std::shared_ptr<const PromptKeys> keys) {
-  if (requests_->by_id.count(id)) {
-    return Status::invalid("request " + std::to_string(id) + " already exists");
-  }
   return add_request(id, std::vector<int32_t>(prompt.begin(), prompt.end()), scope,
                      std::move(keys));
 }

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "prefix/prefix_index.h"
+#include "util/blocks.h"
 
 namespace hybridkv::prefix {
 
@@ -364,16 +365,12 @@ ReuseMatch PrefixIndex::touch_reuse(const ReuseScope& scope, std::span<const int
   const auto touch = [&](PageId p) {
     if (p != kNoPage) storage_.touch(p);
   };
-  size_t blocks = 0;
   for (const CacheGroup& g : plan_.cache_groups()) {
-    const std::vector<PageId>& pages = mp.pages[g.id.value];
     if (g.kind == GroupKind::kSsm) {
-      for (const PageId p : pages) touch(p);
-    } else {
-      blocks = std::max(blocks, pages.size());
+      for (const PageId p : mp.pages[g.id.value]) touch(p);
     }
   }
-  for (size_t b = blocks; b-- > 0;) {
+  for (uint64_t b = blocks_for(mp.match.reused_tokens, plan_.config().tokens_per_block); b-- > 0;) {
     for (const CacheGroup& g : plan_.cache_groups()) {
       const std::vector<PageId>& pages = mp.pages[g.id.value];
       if (g.kind != GroupKind::kSsm && b < pages.size()) touch(pages[b]);

@@ -141,6 +141,35 @@ TEST(RadixTree, PruningRemovesEmptyUnpinnedNodesUpToTheFirstKeptOne) {
   EXPECT_EQ(tree.size(), 1u);
 }
 
+// A parent keeps each child's first token and size beside the child (a match's tail scans
+// them instead of the children's nodes); pruning a child moves the last one into its place.
+TEST(RadixTree, EachChildsHeadStaysBesideItThroughPruning) {
+  RadixTree tree(1);
+  const NodeId root = tree.root(key_with_home(1, 0));
+  std::vector<NodeId> kids;
+  for (int32_t i = 0; i < 6; ++i) {
+    const std::vector<int32_t> tokens(static_cast<size_t>(1 + i % 4), 10 + i);
+    kids.push_back(tree.add(root, key_with_home(10 + i, 0), tokens, tokens.size() == 4));
+  }
+  auto heads_agree = [&] {
+    const Node& r = tree.node(root);
+    if (r.heads.size() != r.children.size()) return false;
+    for (size_t i = 0; i < r.children.size(); ++i) {
+      const Node& c = tree.node(r.children[i]);
+      if (r.heads[i].first_token != c.tokens[0] || r.heads[i].tokens != c.tokens.size())
+        return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(heads_agree());
+  tree.prune(kids[1]);  // the last child takes its place
+  tree.prune(kids[5]);  // ... and then leaves too
+  EXPECT_TRUE(heads_agree());
+  EXPECT_EQ(tree.node(root).children.size(), 4u);
+  tree.add(root, key_with_home(30, 0), std::vector<int32_t>{77, 1}, false);  // a reused id
+  EXPECT_TRUE(heads_agree());
+}
+
 // An SSM layer and a full-attention layer, tokens_per_block 4, none backend.
 class PrefixIndexTest : public ::testing::Test {
  protected:
@@ -361,6 +390,43 @@ TEST_F(PrefixIndexTwoTiers, AVictimOnItsWayDownStaysWhenTheHostDropsTheBlockAbov
   EXPECT_EQ(storage_->page(index_->tree().pages(blocks[h])[attn_.value].page).tier,
             TierKind::kHost);
   EXPECT_EQ(index_->stats().groups[attn_.value].orphans_dropped, h);  // 1 .. h - 1 and h + 1
+}
+
+// The tail of a match is the committed partial block the lookup ends on, found among many
+// siblings, several of them sharing its first token; dropping one sibling keeps the others
+// findable (their heads move with them).
+TEST_F(PrefixIndexTest, ATailIsFoundAmongSiblingsThatShareItsFirstToken) {
+  const NodeId root = index_->root({});
+  auto commit_block = [&](const std::vector<int32_t>& t, bool snapshot = true) {
+    const NodeId node = index_->block_node(root, t, 0, {}, t.size() == 4);
+    const auto n = static_cast<uint32_t>(t.size());
+    index_->publish(node, attn_, storage_->allocate(attn_, kGpuTier), n);
+    if (snapshot) index_->publish(node, ssm_, storage_->allocate(ssm_, kGpuTier), n);
+    return node;
+  };
+  for (int32_t i = 0; i < 8; ++i) commit_block({100 + i, 1, 2, 3}, false);  // other first tokens
+  const NodeId nine = commit_block({7, 8, 9});
+  commit_block({7, 8});
+  commit_block({7, 5, 6});
+  BlockHasher hasher(BlockHash::kSha256);
+  auto reused = [&](std::vector<int32_t> prompt) {  // the lookup leaves out the last token
+    return index_->match(hasher, {}, prompt, {}).match.reused_tokens;
+  };
+  EXPECT_EQ(reused({7, 8, 9, 0}), 3u);
+  EXPECT_EQ(reused({7, 8, 0}), 2u);
+  EXPECT_EQ(reused({7, 5, 6, 0}), 3u);
+  EXPECT_EQ(reused({6, 8, 9, 0}), 0u);
+  // {7, 8, 9} leaves the tree: the last sibling takes its place among the root's children.
+  for (const CacheGroupId g : {attn_, ssm_}) {  // as an eviction drops them
+    const PageId page = index_->tree().pages(nine)[g.value].page;
+    index_->page_dropping(page, nine.value, g);
+    storage_->drop_owned(page);
+  }
+  EXPECT_EQ(index_->find(index_->tree().node(nine).key), kNoNode);
+  EXPECT_EQ(index_->check(), "");
+  EXPECT_EQ(reused({7, 8, 9, 0}), 0u);  // no committed endpoint at 3 any more
+  EXPECT_EQ(reused({7, 8, 0}), 2u);
+  EXPECT_EQ(reused({7, 5, 6, 0}), 3u);
 }
 
 TEST_F(PrefixIndexTest, OffersAreDeduplicatedAgainstTheTree) {

@@ -124,13 +124,15 @@ void Matcher::match_tail() {
   // enable_partial_reuse, the first tokens of any child.
   const NodeId node = mp_.path.empty() ? mp_.root : mp_.path.back();
   uint64_t best = 0;
-  for (NodeId c : tree_.node(node).children) {
+  const Node& n = tree_.node(node);
+  for (size_t i = 0; pos_ < lookup_ && i < n.children.size(); ++i) {
+    if (n.heads[i].first_token != tokens_[pos_]) continue;  // shares no token: no tail
     bool whole = false;
-    const uint64_t k = tail_tokens(node, c, whole);
+    const uint64_t k = tail_tokens(node, n.children[i], whole);
     if (k > best || (k > 0 && k == best && whole && !tail_whole_)) {
       best = k;
       tail_whole_ = whole;
-      mp_.tail = c;
+      mp_.tail = n.children[i];
     }
   }
   mp_.tail_tokens = best;
@@ -262,17 +264,18 @@ void Matcher::try_partial_siblings(uint64_t end) {
   const uint64_t c = mp_.match.reused_tokens / tpb_;
   if (c >= mp_.path.size() || mp_.match.reused_tokens >= end) return;
   const NodeId parent = c == 0 ? mp_.root : mp_.path[c - 1];
-  const std::vector<NodeId>& children = tree_.node(parent).children;
-  auto partial = [&](NodeId n) { return !tree_.node(n).full; };
-  if (std::none_of(children.begin(), children.end(), partial)) return;
+  const Node& up = tree_.node(parent);
+  auto partial = [&](const ChildHead& h) { return h.tokens < tpb_; };
+  if (std::none_of(up.heads.begin(), up.heads.end(), partial)) return;
   const MatchPlan cut = mp_;
   const bool cut_whole = tail_whole_;
   const std::vector<uint64_t> cut_covered = covered_;
   MatchPlan best = mp_;
   bool best_whole = tail_whole_;
   std::vector<uint64_t> best_covered = covered_;
-  for (NodeId sibling : children) {
-    if (!partial(sibling)) continue;
+  for (size_t i = 0; i < up.children.size(); ++i) {
+    if (!partial(up.heads[i])) continue;
+    const NodeId sibling = up.children[i];
     mp_.path.assign(cut.path.begin(), cut.path.begin() + static_cast<int64_t>(c));
     pos_ = c * tpb_;
     bool whole = false;

@@ -171,8 +171,10 @@ void PrefixIndex::unpin(NodeId node) {
 
 NodeId PrefixIndex::partial_child(NodeId parent, uint64_t end) const {
   if (parent == kNoNode) return kNoNode;
-  for (NodeId c : tree_.node(parent).children) {
-    if (!tree_.node(c).full && tree_.node(c).end() == end) return c;
+  const Node& n = tree_.node(parent);
+  const uint32_t tpb = plan_.config().tokens_per_block;
+  for (size_t i = 0; i < n.children.size(); ++i) {
+    if (n.heads[i].tokens < tpb && n.end() + n.heads[i].tokens == end) return n.children[i];
   }
   return kNoNode;
 }
@@ -312,8 +314,12 @@ std::string PrefixIndex::check() const {
     if (n.parent != kNoNode && n.start != tree_.node(n.parent).end()) err = name + ": start is off";
     if (n.parent != kNoNode) {
       const std::vector<NodeId>& kids = tree_.node(n.parent).children;
+      const std::vector<ChildHead>& heads = tree_.node(n.parent).heads;
       if (n.child_pos >= kids.size() || kids[n.child_pos] != id)
         err = name + " is not at its place among its parent's children";
+      else if (heads.size() != kids.size() || heads[n.child_pos].tokens != n.tokens.size() ||
+               heads[n.child_pos].first_token != (n.tokens.empty() ? 0 : n.tokens[0]))
+        err = name + ": its parent's record of its first token and size is off";
     }
     if (n.tokens.size() > tpb || (n.full && n.parent != kNoNode && n.tokens.size() != tpb))
       err = name + " has a wrong token count";

@@ -52,6 +52,8 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
     HKV_CHECK(node(parent).full, "a partial block cannot have children");
     n.child_pos = static_cast<uint32_t>(node(parent).children.size());
     node(parent).children.push_back(id);
+    node(parent).heads.push_back(
+        {tokens.empty() ? 0 : tokens[0], static_cast<uint32_t>(tokens.size())});
   }
   index_.insert(key, id);
   return id;
@@ -63,16 +65,19 @@ void RadixTree::prune(NodeId id) {
     if (!n.live || !empty(id) || !n.children.empty() || n.pins > 0) return;
     const NodeId parent = n.parent;
     if (parent != kNoNode) {  // the last child takes the hole
-      std::vector<NodeId>& kids = node(parent).children;
-      const NodeId last = kids.back();
-      kids[n.child_pos] = last;
+      Node& up = node(parent);
+      const NodeId last = up.children.back();
+      up.children[n.child_pos] = last;
+      up.heads[n.child_pos] = up.heads.back();
       node(last).child_pos = n.child_pos;
-      kids.pop_back();
+      up.children.pop_back();
+      up.heads.pop_back();
     }
     index_.erase(n.key);
     n.live = false;
     n.tokens.clear();  // capacity kept for the id's next node (add)
     n.children.clear();
+    n.heads.clear();
     free_.push_back(id);
     id = parent;
   }

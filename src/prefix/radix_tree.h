@@ -27,6 +27,14 @@ struct NodePage {
   bool speculative = false;    // a snapshot published as SnapshotRole::kSpeculative, not yet served
 };
 
+// A child as its parent sees it: the first token and the token count of its block, so that a
+// scan over a node's children (a match's tail, a partial sibling) reads no child node. A root
+// has hundreds of children on a real trace, each a cache miss or two away.
+struct ChildHead {
+  int32_t first_token = 0;
+  uint32_t tokens = 0;
+};
+
 struct Node {
   BlockKey key{};
   NodeId parent = kNoNode;
@@ -35,6 +43,7 @@ struct Node {
   bool full = false;            // tokens_per_block tokens (roots count as full)
   bool live = false;
   std::vector<NodeId> children;  // full and partial, in no particular order
+  std::vector<ChildHead> heads;  // children's heads, parallel to `children`
   uint32_t child_pos = 0;        // this node's index in its parent's children (O(1) prune)
   uint32_t pins = 0;             // roots, and caches committing under this node
   bool demanded = false;         // a lookup wanted an SSM snapshot at this block's end

@@ -423,7 +423,17 @@ TEST_F(Lifecycle, IndexBuffersFollowLockAndUnlock) {
   EXPECT_EQ(state[0], kBadPageIndex);
   ASSERT_OK(a.cache->resume({}));
   EXPECT_EQ(full[0], table_of(*a.cache, kFull)[0]);
-  EXPECT_FALSE(a.cache->resize(17 * 16, 50).is_ok());  // the buffer holds 16 blocks
+  const Status refused = a.cache->resize(17 * 16, 50);  // the buffer holds 16 blocks
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("holds 16 entries; capacity 272 needs 17"), std::string::npos)
+      << refused.message();
+  ASSERT_OK(a.cache->resize(16 * 16, 50));  // exactly the buffer's 16 blocks
+  EXPECT_EQ(full[15], table_of(*a.cache, kFull)[15]);
+  ASSERT_OK(a.cache->set_index_buffer(kFull, 0, {}));  // no buffer: no bound
+  ASSERT_OK(a.cache->resize(17 * 16, 50));
+  std::vector<int32_t> short_buffer(10);  // shorter than the capacity: refused, nothing set
+  EXPECT_EQ(a.cache->set_index_buffer(kFull, 0, short_buffer).code(), StatusCode::kInvalidArgument);
+  ASSERT_OK(a.cache->resize(18 * 16, 50));
 }
 
 // Tiers of the pages of one cache's group, by block, read off the debug snapshot.

@@ -58,7 +58,10 @@ struct CacheRecord {
   uint64_t shared_blocks = 0;  // blocks wholly inside the prompt: one page for every beam
   ReuseScope scope;
   std::vector<int32_t> tokens;
-  uint64_t attention_blocks = 0;        // blocks of every attention group's pages vector
+  uint64_t attention_blocks = 0;  // blocks of every attention group's pages vector
+  // The fewest entries of any attention group's index buffer (UINT64_MAX: none set): a resize
+  // to at most this many blocks fits every buffer without looking at them.
+  uint64_t index_buffer_room = UINT64_MAX;
   std::vector<GroupState> groups;       // by cache group id
   std::vector<int32_t> block_priority;  // explicit priorities by block (default elsewhere)
   CopyEvent ready;

@@ -87,7 +87,15 @@ BlockRange intersect(BlockRange a, BlockRange b) {
 std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint64_t capacity,
                                                     uint64_t history, uint64_t from_block,
                                                     const std::vector<BlockRange>& skip) const {
-  std::vector<uint64_t> need(plan_.pool_groups().size(), 0);
+  std::vector<uint64_t> need;
+  new_pages_needed(rec, capacity, history, from_block, skip, need);
+  return need;
+}
+
+void ManagerCore::new_pages_needed(const CacheRecord& rec, uint64_t capacity, uint64_t history,
+                                   uint64_t from_block, const std::vector<BlockRange>& skip,
+                                   std::vector<uint64_t>& need) const {
+  need.assign(plan_.pool_groups().size(), 0);
   const uint32_t tpb = plan_.config().tokens_per_block;
   const uint64_t blocks = blocks_for(capacity, tpb);
   for (const CacheGroup& g : plan_.cache_groups()) {
@@ -128,7 +136,6 @@ std::vector<uint64_t> ManagerCore::new_pages_needed(const CacheRecord& rec, uint
       need[g.pool_group.value] += fresh_pages(rec, r) - fresh_pages(rec, intersect(r, cut));
     }
   }
-  return need;
 }
 
 int32_t ManagerCore::priority_of(const CacheRecord& rec, uint64_t block) const {
@@ -419,6 +426,12 @@ Status ManagerCore::set_index_buffer(uint32_t id, CacheGroupId group, uint32_t b
                            std::to_string(want));
   }
   rec.groups[group.value].index_buffers[beam] = buffer;
+  rec.index_buffer_room = UINT64_MAX;
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (g.kind == GroupKind::kSsm) continue;  // one entry: any buffer set holds it
+    for (std::span<int32_t> b : rec.groups[g.id.value].index_buffers)
+      if (!b.empty()) rec.index_buffer_room = std::min<uint64_t>(rec.index_buffer_room, b.size());
+  }
   write_index_buffers(rec);
   return Status::ok();
 }

@@ -148,6 +148,10 @@ class ManagerCore {
   std::vector<uint64_t> new_pages_needed(const CacheRecord& rec, uint64_t capacity,
                                          uint64_t history, uint64_t from_block,
                                          const std::vector<BlockRange>& skip = {}) const;
+  // The same into `need` (its capacity reused: a decode step's resize allocates nothing).
+  void new_pages_needed(const CacheRecord& rec, uint64_t capacity, uint64_t history,
+                        uint64_t from_block, const std::vector<BlockRange>& skip,
+                        std::vector<uint64_t>& need) const;
   // Allocates those pages on the GPU (room already made) with an active ref.
   void allocate_pages(CacheRecord& rec, uint64_t capacity, uint64_t history, uint64_t from_block,
                       const std::vector<BlockRange>& skip = {});
@@ -199,8 +203,9 @@ class ManagerCore {
   void record_lookup(const CacheRecord& rec, bool optional_only);
 
   // scratch.cc
-  std::vector<BlockRange> scratch_plan(const CacheRecord& rec, uint64_t capacity, uint64_t history,
-                                       uint64_t have) const;
+  // Into `out`, one range per cache group (its capacity reused).
+  void scratch_plan(const CacheRecord& rec, uint64_t capacity, uint64_t history, uint64_t have,
+                    std::vector<BlockRange>& out) const;
   void add_scratch_needs(const CacheRecord& rec, const std::vector<BlockRange>& plan,
                          std::vector<uint64_t>& need) const;
   void set_scratch(CacheRecord& rec, const std::vector<BlockRange>& plan);
@@ -279,6 +284,7 @@ class ManagerCore {
   // not to a cache: a plan outlives the cache that made it.
   std::unordered_map<uint64_t, std::vector<std::pair<prefix::NodeId, CacheGroupId>>> drops_;
   uint64_t next_drop_ = 1;
+  ResizePlan resize_plan_;  // resize()'s plan, kept so that its vectors keep their capacity
   mutable uint64_t mutations_since_check_ = 0;  // Debug builds: see after_mutation()
   // The manager-wide parts (constructed last: they read the state above).
   MemoryControl memory_;

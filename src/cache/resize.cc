@@ -14,6 +14,7 @@ using storage::Ref;
 Status ManagerCore::check_index_buffers(uint32_t id, uint64_t capacity) const {
   const CacheRecord& rec = caches_[id];
   const uint64_t blocks = blocks_for(capacity, plan_.config().tokens_per_block);
+  if (blocks <= rec.index_buffer_room) return Status::ok();
   for (const CacheGroup& g : plan_.cache_groups()) {
     const GroupState& gs = rec.groups[g.id.value];
     for (uint32_t k = 0; k < rec.beam_width; ++k) {
@@ -78,9 +79,12 @@ Status ManagerCore::plan_resize(uint32_t id, uint64_t capacity, uint64_t history
   if (Status s = check_scratch_history(id, history); !s) return s;
   // Blocks below `have` already hold every page they will ever need (released blocks are never
   // needed again: history only grows), so a resize looks only at what changes.
-  out = ResizePlan{id, capacity, history, rec.attention_blocks, {}, {}};
-  out.scratch = scratch_plan(rec, capacity, history, out.have);
-  out.need = new_pages_needed(rec, capacity, history, out.have, out.scratch);
+  out.id = id;
+  out.capacity = capacity;
+  out.history = history;
+  out.have = rec.attention_blocks;
+  scratch_plan(rec, capacity, history, out.have, out.scratch);
+  new_pages_needed(rec, capacity, history, out.have, out.scratch, out.need);
   add_scratch_needs(rec, out.scratch, out.need);
   return Status::ok();
 }
@@ -102,7 +106,7 @@ void ManagerCore::apply_resize(const ResizePlan& p) {
 
 Status ManagerCore::resize(uint32_t id, uint64_t capacity, uint64_t history) {
   std::unique_lock lock(mu_);
-  ResizePlan p;
+  ResizePlan& p = resize_plan_;
   if (Status s = plan_resize(id, capacity, history, p); !s) return s;
   if (Status s = check_room("resize", p.need); !s)
     return Status(s.code(), label(id) + ": " + s.message());

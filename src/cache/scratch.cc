@@ -12,10 +12,10 @@ using storage::Ref;
 
 // Per cache group: the scratch blocks of a resize to (capacity, history); only blocks from
 // `have` on (blocks the cache already holds keep their pages).
-std::vector<BlockRange> ManagerCore::scratch_plan(const CacheRecord& rec, uint64_t capacity,
-                                                  uint64_t history, uint64_t have) const {
-  std::vector<BlockRange> out(plan_.cache_groups().size());
-  if (!rec.scratch_on) return out;
+void ManagerCore::scratch_plan(const CacheRecord& rec, uint64_t capacity, uint64_t history,
+                               uint64_t have, std::vector<BlockRange>& out) const {
+  out.assign(plan_.cache_groups().size(), BlockRange{});
+  if (!rec.scratch_on) return;
   const ManagerConfig& cfg = plan_.config();
   for (const CacheGroup& g : plan_.cache_groups()) {
     if (g.kind != GroupKind::kAttention || !g.window) continue;
@@ -24,7 +24,6 @@ std::vector<BlockRange> ManagerCore::scratch_plan(const CacheRecord& rec, uint64
     begin = std::max(begin, have);
     if (begin < end) out[g.id.value] = {begin, end};
   }
-  return out;
 }
 
 // Scratch pages a resize allocates beyond those the cache has, per GPU pool group.

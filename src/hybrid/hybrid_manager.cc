@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <unordered_map>
 
 #include "cache/manager_core.h"
 #include "hybrid/step_state.h"
@@ -31,7 +32,9 @@ std::span<const int32_t> prompt_of(const KvCache& cache, uint64_t prompt_len) {
 }  // namespace
 
 struct HybridCacheManager::Requests {
-  std::map<uint64_t, Request> by_id;
+  // Node-based: a Request stays where it is while others come and go (lookup hands out
+  // pointers). Every call of a step looks its request up here.
+  std::unordered_map<uint64_t, Request> by_id;
 };
 
 Result<std::unique_ptr<HybridCacheManager>> HybridCacheManager::create(
@@ -446,9 +449,12 @@ std::vector<NonFiniteReport> HybridCacheManager::scan_non_finite(
       }
     }
   };
-  for (const auto& [id, r] : requests_->by_id) {
-    if (!request_id || *request_id == id) add_cache(*r.cache, id);
+  std::vector<uint64_t> ids;  // reported in request order
+  for (const auto& entry : requests_->by_id) {
+    if (!request_id || *request_id == entry.first) ids.push_back(entry.first);
   }
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t id : ids) add_cache(*requests_->by_id.at(id).cache, id);
   const std::vector<uint64_t> first = manager_->scan_non_finite(spans, dtypes);
   std::vector<NonFiniteReport> out;
   for (size_t i = 0; i < first.size(); ++i) {

@@ -71,8 +71,7 @@ void Scheduler::prefetch_ahead(uint64_t index, uint64_t& budget) {
   budget -= *moved;
 }
 
-void Scheduler::record_step() {
-  const IterationStats it = h_.manager().take_iteration_stats();
+uint64_t Scheduler::absorb(const IterationStats& it) {
   c_.bytes_offloaded += it.bytes_offloaded;
   c_.bytes_onboarded += it.bytes_onboarded;
   c_.bytes_offload_cancelled += it.bytes_offload_cancelled;
@@ -81,6 +80,11 @@ void Scheduler::record_step() {
   for (size_t t = 0; t < it.tiers.size(); ++t) c_.tier_moves[t] += it.tiers[t];
   c_.pages_dropped += it.pages_dropped;
   c_.device_copies += it.device_copies;
+  return it.pages_offloaded + it.pages_returned_to_copy + it.pages_dropped;
+}
+
+void Scheduler::record_step() {
+  (void)absorb(h_.manager().take_iteration_stats());  // the work ahead's
   const StorageStats st = h_.manager().storage_stats();
   Sample sample{c_.steps, c_.reused_tokens, c_.bound_tokens, {}};
   for (const PoolGroupStorage& pg : st.tiers[0].pool_groups) {
@@ -91,6 +95,7 @@ void Scheduler::record_step() {
   }
   c_.step_us.push_back(manager_us_);
   c_.step_ops_us.push_back(ops_us_);
+  c_.step_evictions.push_back(static_cast<uint32_t>(step_evictions_));
   if (c_.steps % 64 == 0) c_.samples.push_back(std::move(sample));
   ++c_.steps;
   clock_ms_ += o_.step_ms;

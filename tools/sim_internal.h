@@ -92,6 +92,9 @@ struct SimCounters {
   std::vector<std::vector<uint64_t>> end_slots;  // per tier, per pool group: slots at the end
   std::vector<double> step_us;                   // manager CPU time per step (critical path)
   std::vector<std::array<float, kSimOps>> step_ops_us;  // ... by call (SimOp)
+  // Pages the step's own calls evicted (moved down a tier, back to a kept copy, or dropped):
+  // the room --evict-ahead did not make in time.
+  std::vector<uint32_t> step_evictions;
   double shared_fetch_us = 0;
   uint64_t pages_prefetched = 0;  // --admit-ahead: pages onboarded ahead of their resume
   double hash_ahead_us = 0;  // prompts' block keys, hashed off the step (hash_prompt)  // wall time

@@ -320,6 +320,7 @@ bool Scheduler::tick() {
   step();
   if (!c_.error.empty()) return false;
   rebalance();
+  step_evictions_ = absorb(h_.manager().take_iteration_stats());  // the step's own
   evict_ahead();
   admit_ahead();
   touch_queued();

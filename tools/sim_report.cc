@@ -26,6 +26,7 @@ struct StepTimes {
   // The steps at or above the p99: how many, and their time by call (SimOp).
   uint64_t slow_steps = 0;
   std::array<double, kSimOps> slow_ops_us{};
+  uint64_t slow_evictions = 0;  // pages the slow steps' own calls evicted
 };
 
 double percentile(std::vector<double> v, size_t per_mille) {
@@ -48,6 +49,7 @@ StepTimes step_times(const SimCounters& c) {
     if (c.step_us[s] < t.p99) continue;
     ++t.slow_steps;
     for (size_t op = 0; op < kOpEvictAhead; ++op) t.slow_ops_us[op] += c.step_ops_us[s][op];
+    if (s < c.step_evictions.size()) t.slow_evictions += c.step_evictions[s];
   }
   std::vector<double> evict, ahead;
   for (const auto& ops : c.step_ops_us) {
@@ -62,16 +64,17 @@ StepTimes step_times(const SimCounters& c) {
   return t;
 }
 
-// step,total_us,<one column per call>: every step's manager CPU time.
+// step,total_us,<one column per call>,evicted_pages: every step's manager CPU time, and the
+// pages its own calls evicted.
 bool write_step_times(const std::string& path, const SimCounters& c) {
   std::ofstream out(path);
   out << "step,total_us";
   for (const char* key : kSimOpKeys) out << ',' << key;
-  out << "\n";
+  out << ",evicted_pages\n";
   for (size_t s = 0; s < c.step_us.size() && s < c.step_ops_us.size(); ++s) {
     out << s << ',' << c.step_us[s];
     for (float us : c.step_ops_us[s]) out << ',' << us;
-    out << '\n';
+    out << ',' << (s < c.step_evictions.size() ? c.step_evictions[s] : 0) << '\n';
   }
   return static_cast<bool>(out);
 }
@@ -93,8 +96,10 @@ std::string slow_step_profile(const StepTimes& t) {
                   100 * t.slow_ops_us[op] / total);
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, " (%llu steps, %.0f us each on average)",
-                static_cast<unsigned long long>(t.slow_steps), total / t.slow_steps);
+  std::snprintf(buf, sizeof buf,
+                " (%llu steps, %.0f us each on average, evicting %.1f pages in the step)",
+                static_cast<unsigned long long>(t.slow_steps), total / t.slow_steps,
+                static_cast<double>(t.slow_evictions) / t.slow_steps);
   return out + buf;
 }
 
@@ -305,6 +310,7 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   for (size_t op = 0; op < kSimOps; ++op) slow[kSimOpNames[op]] = f.times.slow_ops_us[op];
   j["slowest_steps_us_by_call"] = slow;
   j["slowest_steps"] = f.times.slow_steps;
+  j["slowest_steps_evicted_pages"] = f.times.slow_evictions;  // by the steps' own calls
   j["prompt_hash_ahead_us"] = c.hash_ahead_us;
   j["verify"] = o.verify;
   j["verify_mismatches"] = c.mismatches;

@@ -94,6 +94,8 @@ class Scheduler {
   void recompute(Running victim);
   void finish(Running& r);
   void record_step();
+  // Adds a take_iteration_stats() to the run's totals; returns the pages it evicted.
+  uint64_t absorb(const IterationStats& it);
   void rebalance();
   void evict_ahead();
   void admit_ahead();
@@ -122,6 +124,7 @@ class Scheduler {
   bool eager_ = true;       // --admission eager
   std::string last_refusal_;
   double manager_us_ = 0;
+  uint64_t step_evictions_ = 0;  // by the step's own calls (before the work ahead)
   std::array<float, kSimOps> ops_us_{};
   bool tty_ = false;
   Clock::time_point last_progress_ = Clock::now();

@@ -317,8 +317,7 @@ std::string PrefixIndex::check() const {
       const std::vector<ChildHead>& heads = tree_.node(n.parent).heads;
       if (n.child_pos >= kids.size() || kids[n.child_pos] != id)
         err = name + " is not at its place among its parent's children";
-      else if (heads.size() != kids.size() || heads[n.child_pos].tokens != n.tokens.size() ||
-               heads[n.child_pos].first_token != (n.tokens.empty() ? 0 : n.tokens[0]))
+      else if (heads.size() != kids.size() || heads[n.child_pos] != ChildHead::of(n.tokens))
         err = name + ": its parent's record of its first token and size is off";
     }
     if (n.tokens.size() > tpb || (n.full && n.parent != kNoNode && n.tokens.size() != tpb))

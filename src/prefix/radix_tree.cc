@@ -52,8 +52,7 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
     HKV_CHECK(node(parent).full, "a partial block cannot have children");
     n.child_pos = static_cast<uint32_t>(node(parent).children.size());
     node(parent).children.push_back(id);
-    node(parent).heads.push_back(
-        {tokens.empty() ? 0 : tokens[0], static_cast<uint32_t>(tokens.size())});
+    node(parent).heads.push_back(ChildHead::of(tokens));
   }
   index_.insert(key, id);
   return id;

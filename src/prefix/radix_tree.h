@@ -33,6 +33,11 @@ struct NodePage {
 struct ChildHead {
   int32_t first_token = 0;
   uint32_t tokens = 0;
+
+  static ChildHead of(std::span<const int32_t> block) {
+    return {block.empty() ? 0 : block[0], static_cast<uint32_t>(block.size())};
+  }
+  bool operator==(const ChildHead&) const = default;
 };
 
 struct Node {

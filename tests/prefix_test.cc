@@ -392,6 +392,82 @@ TEST_F(PrefixIndexTwoTiers, AVictimOnItsWayDownStaysWhenTheHostDropsTheBlockAbov
   EXPECT_EQ(index_->stats().groups[attn_.value].orphans_dropped, h);  // 1 .. h - 1 and h + 1
 }
 
+// A snapshot dropped to make room leaves its walks up the path for tidy(): until then the KV run
+// it served counts as resumable and the snapshot it superseded stays demoted, the node stays
+// (pinned, no page), and the counts check out; tidy() demotes the run, promotes the snapshot
+// above and prunes. A snapshot published at the node in between keeps superseding.
+TEST_F(PrefixIndexTest, ADroppedSnapshotsWalksWaitForTidy) {
+  commit(4, {1, 3});  // KV on blocks 0..3, snapshots after blocks 1 and 3
+  const std::vector<NodeId> blocks = path(4);
+  auto kv_demoted = [&](size_t b) {
+    return storage_->page(index_->tree().pages(blocks[b])[attn_.value].page).demoted;
+  };
+  auto snapshot = [&](size_t b) { return index_->tree().pages(blocks[b])[ssm_.value].page; };
+  EXPECT_TRUE(storage_->page(snapshot(1)).demoted);  // superseded by the one after block 3
+  auto drop_snapshot = [&](size_t b) {
+    const PageId page = snapshot(b);
+    index_->page_dropping(page, blocks[b].value, ssm_);
+    storage_->drop_owned(page);
+  };
+  drop_snapshot(3);
+  EXPECT_EQ(index_->untidy(), 1u);
+  EXPECT_EQ(snapshot(3), storage::kNoPage);
+  EXPECT_FALSE(kv_demoted(2));
+  EXPECT_FALSE(kv_demoted(3));
+  EXPECT_TRUE(storage_->page(snapshot(1)).demoted);
+  EXPECT_EQ(index_->check(), "");
+  EXPECT_EQ(index_->tidy(), 1u);
+  EXPECT_EQ(index_->untidy(), 0u);
+  EXPECT_FALSE(kv_demoted(1));
+  EXPECT_TRUE(kv_demoted(2));  // past the deepest snapshot now
+  EXPECT_TRUE(kv_demoted(3));
+  EXPECT_FALSE(storage_->page(snapshot(1)).demoted);
+  EXPECT_EQ(index_->check(), "");
+
+  // Published again before the tidy: the one after block 3 still supersedes block 1's.
+  index_->publish(blocks[3], ssm_, storage_->allocate(ssm_, kGpuTier), 4);
+  drop_snapshot(3);
+  index_->publish(blocks[3], ssm_, storage_->allocate(ssm_, kGpuTier), 4);
+  EXPECT_EQ(index_->tidy(), 1u);
+  EXPECT_TRUE(storage_->page(snapshot(1)).demoted);
+  EXPECT_FALSE(kv_demoted(3));
+  EXPECT_EQ(index_->check(), "");
+
+  // A node whose pages all went is pruned by the tidy, not before.
+  drop_snapshot(3);
+  const PageId kv = index_->tree().pages(blocks[3])[attn_.value].page;
+  index_->page_dropping(kv, blocks[3].value, attn_);
+  storage_->drop_owned(kv);
+  EXPECT_NE(index_->find(index_->tree().node(blocks[3]).key), kNoNode);
+  EXPECT_EQ(index_->tidy(), 1u);
+  EXPECT_EQ(index_->find(index_->tree().node(blocks[3]).key), kNoNode);
+  EXPECT_EQ(index_->check(), "");
+}
+
+// At most kMaxUntidy drops wait: one more tidies the oldest.
+TEST_F(PrefixIndexTest, UntidyDropsAreBounded) {
+  const NodeId root = index_->root({});
+  const size_t n = PrefixIndex::kMaxUntidy + 3;
+  const size_t blocks = index_->tree().size();
+  std::vector<BlockKey> keys;       // a pruned node's id is taken again
+  for (size_t i = 0; i < n; ++i) {  // one snapshot at a time: the GPU holds few
+    const std::vector<int32_t> t{static_cast<int32_t>(1000 + i), 1, 2, 3};
+    const NodeId node = index_->block_node(root, t, 0, {}, true);
+    keys.push_back(index_->tree().node(node).key);
+    const PageId page = storage_->allocate(ssm_, kGpuTier);
+    index_->publish(node, ssm_, page, 4);
+    index_->page_dropping(page, node.value, ssm_);
+    storage_->drop_owned(page);
+    EXPECT_EQ(index_->untidy(), std::min(i + 1, PrefixIndex::kMaxUntidy));
+  }
+  for (size_t i = 0; i < n; ++i)  // the oldest three were tidied and pruned
+    EXPECT_EQ(index_->find(keys[i]) == kNoNode, i < 3) << "node " << i;
+  EXPECT_EQ(index_->check(), "");
+  EXPECT_EQ(index_->tidy(), PrefixIndex::kMaxUntidy);
+  EXPECT_EQ(index_->tree().size(), blocks);
+  EXPECT_EQ(index_->check(), "");
+}
+
 // The tail of a match is the committed partial block the lookup ends on, found among many
 // siblings, several of them sharing its first token; dropping one sibling keeps the others
 // findable (their heads move with them).
@@ -422,6 +498,8 @@ TEST_F(PrefixIndexTest, ATailIsFoundAmongSiblingsThatShareItsFirstToken) {
     index_->page_dropping(page, nine.value, g);
     storage_->drop_owned(page);
   }
+  EXPECT_EQ(index_->untidy(), 1u);  // the snapshot's walks wait; so does the node
+  EXPECT_EQ(index_->tidy(), 1u);
   EXPECT_EQ(index_->find(index_->tree().node(nine).key), kNoNode);
   EXPECT_EQ(index_->check(), "");
   EXPECT_EQ(reused({7, 8, 9, 0}), 0u);  // no committed endpoint at 3 any more

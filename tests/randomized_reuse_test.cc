@@ -236,6 +236,11 @@ void run_reuse(uint64_t seed, const LifecycleModel& model, bool expect_returns =
       r = Request{};
     }
     ASSERT_EQ(checker.check(*m), "") << where << " op " << n.ops;
+    if (n.ops % 37 == 0) {  // between steps: the tree's deferred upkeep, and a little room
+      const std::vector<uint64_t> free(m->plan().pool_groups().size(), 2);
+      ASSERT_TRUE(m->evict_ahead(free, 4).is_ok()) << where << " op " << n.ops;
+      ASSERT_EQ(checker.check(*m), "") << where << " op " << n.ops << " after evict_ahead";
+    }
     if (model.pool_rebalance && m->need_adjustment()) {
       const Result<bool> moved = m->adjust();
       ASSERT_TRUE(moved.is_ok()) << where << " op " << n.ops << ": " << moved.status().to_string();

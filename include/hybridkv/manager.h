@@ -141,9 +141,11 @@ class KvCacheManager {
   // evicts pages (moved down a tier or dropped, exactly as an allocation would) until pool
   // group g of the GPU tier has free_slots[g] free slots, or max_evictions pages went, or
   // nothing is left to evict. Call it while the GPU computes a step (off the step's critical
-  // path); like every call, its decisions depend only on the calls before it. Returns the pages
-  // evicted; kInvalidArgument (changing nothing) when free_slots does not have one entry per
-  // pool group.
+  // path); like every call, its decisions depend only on the calls before it. First it does
+  // the tree's upkeep that evictions inside the steps left for later (a dropped snapshot's walk
+  // up its path: the demotion of the KV run it served and the pruning of the emptied nodes; at
+  // most 64 wait, the oldest is done when one more comes). Returns the pages evicted;
+  // kInvalidArgument (changing nothing) when free_slots does not have one entry per pool group.
   Result<uint64_t> evict_ahead(std::span<const uint64_t> free_slots, uint64_t max_evictions);
   // A request waits in the engine's queue: every tree page create_kv_cache would reuse of its
   // prompt becomes the most recent in its eviction queue, as if a request had just used and

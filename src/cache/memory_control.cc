@@ -130,6 +130,7 @@ Result<uint64_t> MemoryControl::evict_ahead(std::span<const uint64_t> free_slots
     return Status::invalid("evict_ahead: free_slots has " + std::to_string(free_slots.size()) +
                            " entries; the plan has " + std::to_string(groups) + " pool groups");
   }
+  core_.index_.tidy();  // first: its carries may demote pages this would evict
   uint64_t evicted = 0;
   for (const PoolGroup& pg : core_.plan_.pool_groups()) {
     for (; evicted < max_evictions; ++evicted) {

@@ -218,6 +218,7 @@ void PrefixIndex::release_drop(NodeId node, CacheGroupId group) {
 }
 
 void PrefixIndex::clear() {
+  tidy();
   for (uint32_t i = 0; i < tree_.capacity(); ++i) {
     for (const CacheGroup& g : plan_.cache_groups()) {
       if (tree_.node(NodeId(i)).live) unpublish(NodeId(i), g.id);
@@ -288,9 +289,40 @@ void PrefixIndex::page_dropping(PageId page, storage::OwnerTag owner, CacheGroup
   const NodeId node(owner);
   HKV_CHECK(tree_.pages(node)[group.value].page == page, "dropped page %u is not in the tree",
             page.value);
+  if (resume_group_ && group == *resume_group_) return defer_snapshot_drop(node, group);
   forget(node, group);
   drop_orphaned_kv(node, group);
   tree_.prune(node);
+}
+
+// forget() without its walks: the page's share of the node's resumable count stays, as an
+// untidy drop.
+void PrefixIndex::defer_snapshot_drop(NodeId node, CacheGroupId group) {
+  if (untidy() >= kMaxUntidy) tidy(1);
+  emit(CacheEventKind::kRemoved, node, group);
+  note_removed(node, group);
+  NodePage& np = tree_.pages(node)[group.value];
+  untidy_.push_back({node, np.speculative});
+  np = NodePage{};
+  Node& n = tree_.node(node);
+  ++n.untidy_drops;
+  ++n.pins;
+}
+
+size_t PrefixIndex::tidy(size_t most) {
+  size_t done = 0;
+  for (; done < most && !untidy_.empty(); ++done) {
+    const Untidy u = untidy_.front();
+    untidy_.pop_front();
+    Node& n = tree_.node(u.node);
+    --n.untidy_drops;
+    count_resumable(u.node, -1);
+    // A snapshot published at the node since keeps superseding the one above.
+    const NodePage& np = tree_.pages(u.node)[resume_group_->value];
+    if (!u.speculative && (np.page == kNoPage || np.speculative)) mark_superseded(u.node, false);
+    unpin(u.node);
+  }
+  return done;
 }
 
 void PrefixIndex::pages_updated(std::span<const storage::PageNotice> notices) {

@@ -13,6 +13,8 @@
 // the given hasher, so probes may run it concurrently under a shared lock.
 #pragma once
 
+#include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -135,6 +137,17 @@ class PrefixIndex final : public storage::PageOwner {
   void release_drop(NodeId node, CacheGroupId group);
 
   // --- upkeep and reporting ---
+  // A snapshot dropped to make room (page_dropping) leaves its node in the tree, pinned, and its
+  // share of Node::resumable in place as a hold: the walks up the node's path that the drop
+  // implies (the carry that demotes the KV run it served, the promotion of the snapshot it
+  // superseded, the pruning of the emptied nodes) are as long as the path, so they wait for
+  // tidy(), which the manager runs between steps (MemoryControl::evict_ahead). Until then the
+  // run above counts as resumable, as it did before the drop. At most kMaxUntidy drops wait: the
+  // oldest is tidied when one more comes.
+  // Tidies up to `most` of the waiting drops, oldest first; returns how many.
+  size_t tidy(size_t most = SIZE_MAX);
+  size_t untidy() const { return untidy_.size(); }
+  static constexpr size_t kMaxUntidy = 64;
   // Unlinks every page (pages held by caches stay with them).
   void clear();
   ReuseStats stats() const;
@@ -184,6 +197,8 @@ class PrefixIndex final : public storage::PageOwner {
   // tells storage and prunes.
   void forget(NodeId node, CacheGroupId group);
   void unpublish(NodeId node, CacheGroupId group);
+  // page_dropping's way for a snapshot of the resume group (see tidy).
+  void defer_snapshot_drop(NodeId node, CacheGroupId group);
 
   const StoragePlan& plan_;
   storage::Storage& storage_;
@@ -196,6 +211,11 @@ class PrefixIndex final : public storage::PageOwner {
   BlockHasher hasher_;
   ReuseStats stats_;
   std::vector<CacheEvent> events_;
+  struct Untidy {
+    NodeId node;
+    bool speculative = false;
+  };
+  std::deque<Untidy> untidy_;  // drops waiting for tidy(), oldest first
 };
 
 // Digests of the multimodal items starting in [begin, end), into `buffer`; no allocation and an

@@ -46,6 +46,7 @@ NodeId RadixTree::add(NodeId parent, const BlockKey& key, std::span<const int32_
   n.shared = false;
   n.resumable = 0;
   n.resumable_holds = 0;
+  n.untidy_drops = 0;
   n.kv_below = 0;
   for (NodePage& p : pages(id)) p = NodePage{};
   if (parent != kNoNode) {

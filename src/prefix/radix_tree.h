@@ -63,6 +63,8 @@ struct Node {
   uint32_t resumable = 0;
   // Of `resumable`: the ACTIVE caches that commit under this node (PrefixIndex::hold_resumable).
   uint32_t resumable_holds = 0;
+  // Of `resumable`: snapshots dropped here whose walks wait for PrefixIndex::tidy.
+  uint32_t untidy_drops = 0;
   // The same count for attention pages (worth.cc): 1 per attention page at this node, plus 1
   // per child whose count is not 0. Zero: no KV at or below the node, so a block dropped above
   // it orphans nothing here (drop_orphaned_kv does not walk the subtree).

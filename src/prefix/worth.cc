@@ -237,8 +237,8 @@ void PrefixIndex::count_kv(NodeId id, int delta) {
 std::string PrefixIndex::check_counts() const {
   std::string err;
   tree_.for_each_node([&](NodeId id, const Node& n) {
-    uint32_t resumable =
-        (tree_.pages(id)[resume_group_->value].page != kNoPage ? 1 : 0) + n.resumable_holds;
+    uint32_t resumable = (tree_.pages(id)[resume_group_->value].page != kNoPage ? 1 : 0) +
+                         n.resumable_holds + n.untidy_drops;
     uint32_t kv = 0;
     for (const CacheGroup& g : plan_.cache_groups()) {
       if (g.kind == GroupKind::kAttention && tree_.pages(id)[g.id.value].page != kNoPage) ++kv;

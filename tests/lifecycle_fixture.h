@@ -46,6 +46,7 @@ struct LifecycleModel {
   int64_t max_rewind_len = 0;
   bool pool_rebalance = false;          // policies.rebalance "pressure" (else "off")
   bool snapshot_pricing = true;         // policies.eviction "priced" (else "snapshot-aware")
+  bool upkeep_between_steps = false;    // policies.upkeep_between_steps
   std::optional<DType> snapshot_dtype;  // ManagerConfig::snapshot_dtype
   uint64_t disk_quota = 0;              // a DISK tier under disk_path when set
   std::string disk_path;
@@ -82,6 +83,7 @@ inline ManagerConfig lifecycle_config(const LifecycleModel& m) {
   c.max_rewind_len = m.max_rewind_len;
   c.policies.rebalance = m.pool_rebalance ? "pressure" : "off";
   c.policies.eviction = m.snapshot_pricing ? "priced" : "snapshot-aware";
+  c.policies.upkeep_between_steps = m.upkeep_between_steps;
   c.snapshot_dtype = m.snapshot_dtype;
   c.tiers.push_back({TierKind::kGpu, m.gpu_quota, ""});
   c.tiers.back().max_quota_bytes = m.gpu_max_quota;

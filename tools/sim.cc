@@ -91,6 +91,9 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
     return Status::invalid("--colder-copies: '" + o.colder_copies + "' is not keep or drop");
   serving.policies.keep_colder_copies = o.colder_copies == "keep";
   serving.policies.eviction = o.eviction;
+  if (o.upkeep != "in-call" && o.upkeep != "between-steps")
+    return Status::invalid("--upkeep: '" + o.upkeep + "' is not in-call or between-steps");
+  serving.policies.upkeep_between_steps = o.upkeep == "between-steps";
   if (o.snapshot_dtype == "bf16") {
     serving.snapshot_dtype = DType::kBF16;
   } else if (o.snapshot_dtype == "fp8") {
@@ -283,6 +286,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--evict-ahead", o.evict_ahead,
                   "tokens of GPU room freed ahead of each step while the GPU computes (0: off; "
                   "the report times it apart from the step)");
+  sim->add_option("--upkeep", o.upkeep,
+                  "in-call: a snapshot dropped to make room does its walks up the tree at once; "
+                  "between-steps: they wait for the next --evict-ahead (at most 64 wait)");
   sim->add_option("--admit-ahead", o.admit_ahead,
                   "pages the next resumption or admission onboards ahead of each step while the "
                   "GPU computes (its request created then; 0: off; timed apart from the step)");

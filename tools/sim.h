@@ -28,6 +28,9 @@ struct SimOptions {
   // Tokens of GPU room freed ahead of each step while the GPU computes the one before
   // (HybridCacheManager::evict_ahead; 0: off): that time is off the step's critical path.
   uint64_t evict_ahead = 0;
+  // "in-call" or "between-steps" (PolicyConfig::upkeep_between_steps: a dropped snapshot's
+  // walks up the tree wait for evict_ahead).
+  std::string upkeep = "in-call";
   // Pages the next resumption or admission onboards ahead of its step while the GPU computes
   // the one before (0: off): the next admission's request is created then (its match) and its
   // away pages come up in parts of at most this many (KvCache::prefetch), so that the resume

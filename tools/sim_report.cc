@@ -162,6 +162,7 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"arrival", o.arrival},
           {"admission", o.admission},
           {"evict_ahead", o.evict_ahead},
+          {"upkeep", o.upkeep},
           {"admit_ahead", o.admit_ahead},
           {"touch_queued", o.touch_queued},
           {"step_ms", o.step_ms},

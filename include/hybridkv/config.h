@@ -119,6 +119,13 @@ struct PolicyConfig {
   // is used).
   std::string rebalance = "off";
   bool rebalancing() const { return rebalance != "off"; }
+  // Where the tree's upkeep after a snapshot dropped to make room goes (its walks up the path:
+  // demoting the KV run it served, promoting the snapshot it superseded, pruning the emptied
+  // nodes; tens of microseconds on long paths of small pages): false (default), in the call
+  // that dropped it; true, between steps, in KvCacheManager::evict_ahead, which the engine then
+  // calls between every two steps (at most 64 drops wait; one more does the oldest). Until then
+  // the KV run counts as resumable, which changes which pages later evictions take.
+  bool upkeep_between_steps = false;
 };
 
 class SharedStore;

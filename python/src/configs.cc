@@ -114,12 +114,14 @@ void bind_configs(nb::module_& m) {
       m, "PolicyConfig",
       "The manager's policies, each by name (config.h): eviction ('priced', 'snapshot-aware', "
       "'lru'), offload ('selective', 'all', 'room'), keep_colder_copies, rebalance ('off', "
-      "'pressure').");
+      "'pressure'), upkeep_between_steps (the tree's upkeep after a snapshot drop waits for "
+      "evict_ahead).");
   kw_init(policies);
   policies.def_rw("eviction", &PolicyConfig::eviction)
       .def_rw("offload", &PolicyConfig::offload)
       .def_rw("keep_colder_copies", &PolicyConfig::keep_colder_copies)
-      .def_rw("rebalance", &PolicyConfig::rebalance);
+      .def_rw("rebalance", &PolicyConfig::rebalance)
+      .def_rw("upkeep_between_steps", &PolicyConfig::upkeep_between_steps);
 
   nb::enum_<DisaggRole>(m, "DisaggRole")
       .value("BOTH", DisaggRole::kBoth)

@@ -17,13 +17,14 @@ def gpu_slots(stats, pool_group):
     return row
 
 
-def filled_manager():
+def filled_manager(upkeep_between_steps=False):
     """A Nemotron-H manager (host backend, GPU 1 GiB + host 2 GiB) with prompts computed and
     freed until the GPU's KV pool is nearly full: (manager, its attention pool group, prompts)."""
     tiers = [hk.TierConfig(kind=hk.TierKind.GPU, quota_bytes=1 << 30),
              hk.TierConfig(kind=hk.TierKind.HOST, quota_bytes=2 << 30)]
-    h = hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8),
-                              hk.ServingConfig(max_batch=4, tiers=tiers), hk.BackendKind.HOST)
+    policies = hk.PolicyConfig(upkeep_between_steps=upkeep_between_steps)
+    serving = hk.ServingConfig(max_batch=4, tiers=tiers, policies=policies)
+    h = hk.HybridCacheManager(hk.read_model_config(NEMOTRON, tp=8), serving, hk.BackendKind.HOST)
     attention = max(s["pool_group"] for s in h.storage_stats()
                     if s["tier"] == hk.TierKind.GPU and s["total_slots"] > 1000)
     prompts = []
@@ -39,8 +40,11 @@ def filled_manager():
     return h, attention, prompts
 
 
-def test_the_hybrid_manager_frees_a_steps_attention_pages_and_the_prompt_is_still_reused():
-    h, attention, prompts = filled_manager()
+@pytest.mark.parametrize("upkeep_between_steps", [False, True])
+def test_the_hybrid_manager_frees_a_steps_attention_pages_and_the_prompt_is_still_reused(
+        upkeep_between_steps):
+    # Between steps or not, the tree's upkeep after snapshot drops leaves the same reuse here.
+    h, attention, prompts = filled_manager(upkeep_between_steps)
     before = gpu_slots(h.storage_stats(), attention)
     assert before["free_slots"] < 64 and before["evictable_slots"] > 0
     evicted = h.evict_ahead(4096)

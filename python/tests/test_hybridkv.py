@@ -55,6 +55,8 @@ def test_configs_keep_the_cpp_defaults_and_refuse_unknown_fields():
     off = hk.ManagerConfig(policies=hk.PolicyConfig(keep_colder_copies=False))
     assert not off.policies.keep_colder_copies
     assert hk.ServingConfig().policies.keep_colder_copies
+    assert not p.upkeep_between_steps
+    assert hk.PolicyConfig(upkeep_between_steps=True).upkeep_between_steps
     bf16 = hk.ServingConfig(snapshot_dtype=hk.DType.BF16)
     assert "bf16 snapshots" in hk.plan_text(hk.read_model_config(NEMOTRON), bf16)
     fp8 = hk.ServingConfig(snapshot_dtype=hk.DType.FP8_E4M3)

@@ -30,6 +30,7 @@ PrefixIndex::PrefixIndex(const StoragePlan& plan, storage::Storage& storage)
       prices_(
           storage::find_eviction_policy(plan.config().policies.eviction).value()->uses_prices()),
       path_holds_(resume_group_ && caches_hold_paths(plan)),
+      max_untidy_(resume_group_ && plan.config().policies.upkeep_between_steps ? kMaxUntidy : 0),
       tree_(plan.cache_groups().size()),
       hasher_(plan.config().block_hash) {
   stats_.groups.resize(plan.cache_groups().size());
@@ -289,7 +290,7 @@ void PrefixIndex::page_dropping(PageId page, storage::OwnerTag owner, CacheGroup
   const NodeId node(owner);
   HKV_CHECK(tree_.pages(node)[group.value].page == page, "dropped page %u is not in the tree",
             page.value);
-  if (resume_group_ && group == *resume_group_) return defer_snapshot_drop(node, group);
+  if (max_untidy_ > 0 && group == *resume_group_) return defer_snapshot_drop(node, group);
   forget(node, group);
   drop_orphaned_kv(node, group);
   tree_.prune(node);
@@ -298,7 +299,7 @@ void PrefixIndex::page_dropping(PageId page, storage::OwnerTag owner, CacheGroup
 // forget() without its walks: the page's share of the node's resumable count stays, as an
 // untidy drop.
 void PrefixIndex::defer_snapshot_drop(NodeId node, CacheGroupId group) {
-  if (untidy() >= kMaxUntidy) tidy(1);
+  if (untidy() >= max_untidy_) tidy(1);
   emit(CacheEventKind::kRemoved, node, group);
   note_removed(node, group);
   NodePage& np = tree_.pages(node)[group.value];

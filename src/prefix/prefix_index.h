@@ -137,12 +137,14 @@ class PrefixIndex final : public storage::PageOwner {
   void release_drop(NodeId node, CacheGroupId group);
 
   // --- upkeep and reporting ---
-  // A snapshot dropped to make room (page_dropping) leaves its node in the tree, pinned, and its
-  // share of Node::resumable in place as a hold: the walks up the node's path that the drop
-  // implies (the carry that demotes the KV run it served, the promotion of the snapshot it
-  // superseded, the pruning of the emptied nodes) are as long as the path, so they wait for
-  // tidy(), which the manager runs between steps (MemoryControl::evict_ahead). Until then the
-  // run above counts as resumable, as it did before the drop. At most kMaxUntidy drops wait: the
+  // A snapshot dropped to make room (page_dropping) implies three walks up its node's path: the
+  // carry that demotes the KV run it served, the promotion of the snapshot it superseded and
+  // the pruning of the emptied nodes. Each is as long as the path (65-76 us a drop with
+  // 32-token pages on the conversation trace), so they wait for tidy(), which the manager runs
+  // between steps (MemoryControl::evict_ahead), with PolicyConfig::upkeep_between_steps
+  // (without it, in the drop). Meanwhile the node stays, pinned, with its
+  // share of Node::resumable kept as an untidy drop (Node::untidy_drops): the run above counts
+  // as resumable until then, as it did before the drop. At most kMaxUntidy drops wait: the
   // oldest is tidied when one more comes.
   // Tidies up to `most` of the waiting drops, oldest first; returns how many.
   size_t tidy(size_t most = SIZE_MAX);
@@ -207,6 +209,7 @@ class PrefixIndex final : public storage::PageOwner {
   double snapshot_tokens_ = 0;  // tokens of KV one snapshot's bytes would hold
   bool prices_ = false;         // the eviction policy reads snapshot prices (price_snapshot)
   bool path_holds_ = false;     // hold_resumable takes holds
+  size_t max_untidy_ = 0;       // kMaxUntidy with upkeep between steps, else 0
   RadixTree tree_;
   BlockHasher hasher_;
   ReuseStats stats_;

@@ -729,7 +729,7 @@ class PlannedDrop:
 
 class PolicyConfig:
     """
-    The manager's policies, each by name (config.h): eviction ('priced', 'snapshot-aware', 'lru'), offload ('selective', 'all', 'room'), keep_colder_copies, rebalance ('off', 'pressure').
+    The manager's policies, each by name (config.h): eviction ('priced', 'snapshot-aware', 'lru'), offload ('selective', 'all', 'room'), keep_colder_copies, rebalance ('off', 'pressure'), upkeep_between_steps (the tree's upkeep after a snapshot drop waits for evict_ahead).
     """
 
     @overload
@@ -761,6 +761,12 @@ class PolicyConfig:
 
     @rebalance.setter
     def rebalance(self, arg: str, /) -> None: ...
+
+    @property
+    def upkeep_between_steps(self) -> bool: ...
+
+    @upkeep_between_steps.setter
+    def upkeep_between_steps(self, arg: bool, /) -> None: ...
 
 class RefusedError(HybridKvError):
     pass

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
 
 #include "bundled_models.h"
 #include "cache/rebalance_policy.h"
@@ -140,6 +143,46 @@ TEST(SpeculativeRebalance, WantsTakeOnlySlotsNoOtherPoolGroupEverNeeded) {
   pools[0].wants = 5;  // too few to count
   pools[1].ever_full = false;
   EXPECT_FALSE(p->target(quota, pools).has_value());
+}
+
+// need_adjustment asks pressed() before it measures the pool groups' ages: a tier that is not
+// pressed must be one target() would leave as it is, whatever the ages. Random tiers; the seed
+// is printed (HKV_SEED replays one).
+TEST(SpeculativeRebalance, ATierThatIsNotPressedIsLeftAsItIsWhateverTheAges) {
+  const cache_detail::RebalancePolicy* p = cache_detail::find_rebalance_policy("pressure").value();
+  uint64_t seed = std::random_device{}();
+  if (const char* e = std::getenv("HKV_SEED")) seed = std::strtoull(e, nullptr, 10);
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  size_t pressed = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::vector<cache_detail::PoolPressure> pools(2 + rng() % 3);
+    uint64_t quota = 0;
+    for (size_t i = 0; i < pools.size(); ++i) {
+      cache_detail::PoolPressure& q = pools[i];
+      q.id = PoolGroupId(static_cast<uint32_t>(i));
+      q.slots = rng() % 2000;
+      q.slot_bytes = uint64_t{1} << (10 + rng() % 10);
+      q.free = q.slots ? rng() % (q.slots + 1) : 0;
+      q.floor = q.slots ? rng() % (q.slots + 1) / 4 : 0;
+      q.victims = rng() % 32;
+      q.wants = rng() % 32;
+      q.ever_full = rng() % 2;
+      q.traded = rng() % 4 != 0;
+      quota += q.slots * q.slot_bytes;
+    }
+    quota += rng() % (quota / 8 + 1);
+    const bool is_pressed = p->pressed(pools);
+    pressed += is_pressed;
+    for (int ages = 0; ages < 4; ++ages) {
+      for (cache_detail::PoolPressure& q : pools)
+        q.age = rng() % 8 == 0 ? UINT64_MAX : rng() % 100000;
+      if (!is_pressed) {
+        ASSERT_FALSE(p->target(quota, pools).has_value()) << "round " << round;
+      }
+    }
+  }
+  EXPECT_GT(pressed, 0u);
 }
 
 // Where the hybrid manager takes which kind: periodic points are speculative, aligned-end

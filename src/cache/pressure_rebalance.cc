@@ -63,6 +63,13 @@ class PressureRebalance final : public RebalancePolicy {
     return step(quota, pools, &PoolPressure::wants, true);
   }
 
+  // step() moves slots only toward a traded pool group with kMinVictims of either pressure.
+  bool pressed(std::span<const PoolPressure> pools) const override {
+    return std::any_of(pools.begin(), pools.end(), [](const PoolPressure& p) {
+      return p.traded && (p.victims >= kMinVictims || p.wants >= kMinVictims);
+    });
+  }
+
  private:
   static std::optional<std::vector<uint64_t>> step(uint64_t quota,
                                                    std::span<const PoolPressure> pools,

@@ -23,14 +23,16 @@ std::vector<bool> rebalanced_pool_groups(const StoragePlan& plan) {
 std::optional<std::vector<uint64_t>> MemoryControl::rebalance_target(storage::TierIndex t) const {
   const TierPlan& tp = core_.plan_.tiers()[t.value];
   std::vector<PoolPressure> pools;
+  pools.reserve(core_.plan_.pool_groups().size());
   for (const PoolGroup& pg : core_.plan_.pool_groups()) {
     const storage::Storage::SlotCounts c = core_.storage_.counts(t, pg.id);
     pools.push_back({pg.id, c.total, pg.slot_bytes, c.free,
-                     tp.kind == TierKind::kGpu ? pg.floor_slots : 0,
-                     core_.storage_.pressure_age(t, pg.id), core_.storage_.victims(t, pg.id),
-                     core_.storage_.wants(t, pg.id), core_.storage_.ever_full(t, pg.id),
-                     rebalanced_[pg.id.value]});
+                     tp.kind == TierKind::kGpu ? pg.floor_slots : 0, /*age=*/0,
+                     core_.storage_.victims(t, pg.id), core_.storage_.wants(t, pg.id),
+                     core_.storage_.ever_full(t, pg.id), rebalanced_[pg.id.value]});
   }
+  if (!rebalancer_->pressed(pools)) return std::nullopt;
+  for (PoolPressure& p : pools) p.age = core_.storage_.pressure_age(t, p.id);
   return rebalancer_->target(quotas_[t.value], pools);
 }
 

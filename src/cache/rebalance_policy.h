@@ -43,6 +43,10 @@ class RebalancePolicy {
   // as it is. Counts of groups that may not trade must stay; the manager checks the rest.
   virtual std::optional<std::vector<uint64_t>> target(
       uint64_t quota, std::span<const PoolPressure> pools) const = 0;
+  // Whether target() could move anything, judged from the counts alone: the pools' ages are
+  // not filled in (0). The manager asks before it measures them (Storage::pressure_age walks
+  // a queue's ranks), which need_adjustment does every step. Default: always.
+  virtual bool pressed(std::span<const PoolPressure> /*pools*/) const { return true; }
 };
 
 // nullptr for "off"; an error naming the field, the value and every name for an unknown one.

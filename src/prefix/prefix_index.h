@@ -214,6 +214,9 @@ class PrefixIndex final : public storage::PageOwner {
   BlockHasher hasher_;
   ReuseStats stats_;
   std::vector<CacheEvent> events_;
+  // drop_orphaned_kv's buffers, kept between calls.
+  std::vector<std::pair<NodeId, CacheGroupId>> orphans_;
+  std::vector<NodeId> orphan_walk_;
   struct Untidy {
     NodeId node;
     bool speculative = false;

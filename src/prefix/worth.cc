@@ -168,8 +168,12 @@ void PrefixIndex::drop_orphaned_kv(NodeId node, CacheGroupId group) {
       g.policy != ReusePolicy::kRequired) {
     return;
   }
-  std::vector<std::pair<NodeId, CacheGroupId>> orphans;
-  std::vector<NodeId> stack{node};
+  if (tree_.node(node).kv_below == 0) return;  // no KV left at or below the node
+  // The members' buffers, moved out for the call and back after it: a drop allocates nothing.
+  std::vector<std::pair<NodeId, CacheGroupId>> orphans = std::move(orphans_);
+  std::vector<NodeId> stack = std::move(orphan_walk_);
+  orphans.clear();
+  stack.assign(1, node);
   while (!stack.empty()) {
     const NodeId at = stack.back();
     stack.pop_back();
@@ -194,6 +198,8 @@ void PrefixIndex::drop_orphaned_kv(NodeId node, CacheGroupId group) {
     storage_.drop_owned(pid);
     tree_.prune(at);
   }
+  orphans_ = std::move(orphans);
+  orphan_walk_ = std::move(stack);
 }
 
 void PrefixIndex::note_unpublished(NodeId node, CacheGroupId group, bool speculative) {

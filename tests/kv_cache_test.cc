@@ -166,6 +166,37 @@ TEST_F(Lifecycle, ResumeIsRefusedAboveUtilGate) {
   EXPECT_EQ(testing::debug_snapshot(*m), before);
 }
 
+// A suspended request asked about every step stops reading its pages where the gate fails
+// (the refusal names a lower bound); the answer is the one the whole walk gives, and once the
+// others let go it resumes with every byte.
+TEST_F(Lifecycle, ARefusedResumeStopsReadingItsPagesWhereTheGateFails) {
+  LifecycleModel model;
+  model.window = 0;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 1600), 1600);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 1600));  // 100 attention pages
+  ASSERT_OK(a.cache->suspend());
+  Request b = make_request(*m, random_tokens(rng_, 2400), 2400);
+  ASSERT_OK(b.cache->resume({}));
+  ASSERT_OK(advance(engine, b, 2400));  // 150 pages locked, A's moved down to make room
+  const std::string before = testing::debug_snapshot(*m);
+  const Status can = a.cache->can_resume({});
+  EXPECT_EQ(can.code(), StatusCode::kRefused) << can.to_string();
+  EXPECT_NE(can.message().find("(GPU) would have at least "), std::string::npos) << can.message();
+  const Status s = a.cache->resume({});
+  EXPECT_EQ(s.message(), can.message());
+  EXPECT_EQ(testing::debug_snapshot(*m), before);
+  expect_clean(*m);
+  ASSERT_OK(b.cache->close());
+  ASSERT_OK(a.cache->can_resume({}));
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
+  ASSERT_OK(a.cache->close());
+  expect_clean(*m);
+}
+
 TEST_F(Lifecycle, OutOfPagesInResizeRollsBackExactly) {
   LifecycleModel model;
   model.host_quota = 0;

@@ -137,7 +137,15 @@ class ManagerCore {
   std::string check_locked() const;
   // Visits every distinct page of a cache once, deepest block first: fn(page, group, block).
   template <typename Fn>
-  void for_each_page(const CacheRecord& rec, Fn&& fn) const;
+  void for_each_page(const CacheRecord& rec, Fn&& fn) const {
+    (void)for_each_page_while(rec, [&](PageId id, const CacheGroup& g, uint64_t b) {
+      fn(id, g, b);
+      return true;
+    });
+  }
+  // The same while fn returns true; whether every page was visited.
+  template <typename Fn>
+  bool for_each_page_while(const CacheRecord& rec, Fn&& fn) const;
   void release_all_pages(CacheRecord& rec);
   // Is block b of an attention group live at (capacity, history)?
   bool block_needed(const CacheGroup& group, uint64_t block, uint64_t capacity,
@@ -186,10 +194,14 @@ class ManagerCore {
   // `needs` receives what the resume needs (the same computation the resume then uses).
   Status resume_allowed(uint32_t id, const CacheRecord& rec, bool first, ResumeNeeds& needs) const;
   // `fresh`: new_pages_needed at the cache's capacity and history.
-  ResumeNeeds resume_needs(const CacheRecord& rec, bool first,
-                           const std::vector<uint64_t>& fresh) const;
+  // `headroom`: slots per GPU pool group the utilization gate lets the resume lock; the walk
+  // stops once it has counted more (ResumeNeeds::over_gate), the refusal certain.
+  ResumeNeeds resume_needs(const CacheRecord& rec, bool first, const std::vector<uint64_t>& fresh,
+                           const std::vector<uint64_t>& headroom) const;
+  // What the gate lets a resume lock per GPU pool group (0 where it is already past it).
+  std::vector<uint64_t> utilization_headroom() const;
   Status utilization_gate(uint32_t id, const std::vector<uint64_t>& locked_by_resume,
-                          bool fresh_only) const;
+                          bool fresh_only, bool partial = false) const;
   void attach_match(CacheRecord& rec, const prefix::MatchPlan& plan);
   Status choose_optional_groups(uint32_t id, const std::vector<CacheGroupId>& chosen,
                                 CacheRecord& rec) const;
@@ -293,12 +305,12 @@ class ManagerCore {
 };
 
 template <typename Fn>
-void ManagerCore::for_each_page(const CacheRecord& rec, Fn&& fn) const {
+bool ManagerCore::for_each_page_while(const CacheRecord& rec, Fn&& fn) const {
   for (const CacheGroup& g : plan_.cache_groups()) {
     const GroupState& gs = rec.groups[g.id.value];
     if (g.kind == GroupKind::kSsm) {
       for (PageId id : gs.pages) {
-        if (id != kNoPage) fn(id, g, uint64_t{0});
+        if (id != kNoPage && !fn(id, g, uint64_t{0})) return false;
       }
       continue;
     }
@@ -306,10 +318,11 @@ void ManagerCore::for_each_page(const CacheRecord& rec, Fn&& fn) const {
     for (uint64_t b = blocks; b-- > 0;) {  // deepest first (see release_all_pages)
       for (uint32_t k = 0; k < rec.beams_at(b); ++k) {
         const PageId id = gs.pages[b * rec.beam_width + k];
-        if (id != kNoPage) fn(id, g, b);
+        if (id != kNoPage && !fn(id, g, b)) return false;
       }
     }
   }
+  return true;
 }
 
 }  // namespace hybridkv::cache_detail

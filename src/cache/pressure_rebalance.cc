@@ -63,14 +63,19 @@ class PressureRebalance final : public RebalancePolicy {
     return step(quota, pools, &PoolPressure::wants, true);
   }
 
-  // step() moves slots only toward a traded pool group with kMinVictims of either pressure.
+  // step() moves slots only toward a receiver of either pressure.
   bool pressed(std::span<const PoolPressure> pools) const override {
     return std::any_of(pools.begin(), pools.end(), [](const PoolPressure& p) {
-      return p.traded && (p.victims >= kMinVictims || p.wants >= kMinVictims);
+      return receiver(p, &PoolPressure::victims) || receiver(p, &PoolPressure::wants);
     });
   }
 
  private:
+  // A pool group that may take slots under `pressure`: traded, with kMinVictims of it.
+  static bool receiver(const PoolPressure& p, uint64_t PoolPressure::*pressure) {
+    return p.traded && p.*pressure >= kMinVictims;
+  }
+
   static std::optional<std::vector<uint64_t>> step(uint64_t quota,
                                                    std::span<const PoolPressure> pools,
                                                    uint64_t PoolPressure::*pressure,
@@ -83,7 +88,7 @@ class PressureRebalance final : public RebalancePolicy {
       want.push_back(p.slots);
       used += p.slots * p.slot_bytes;
       age.push_back(p.age);
-      if (!p.traded || p.*pressure < kMinVictims) continue;
+      if (!receiver(p, pressure)) continue;
       if (!to || age.back() < age[*to]) to = i;
     }
     if (!to) return std::nullopt;

@@ -35,6 +35,25 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return out;
 }
 
+// A --step-times column of work done while the GPU computes (ahead of the next step, or after
+// the step's launch with --after-launch).
+bool while_the_gpu_computes(const std::string& column) {
+  return column.find("_ahead") != std::string::npos ||
+         column.find("_after_launch") != std::string::npos;
+}
+
+// The sum of a --step-times column over every step.
+double column_sum(const std::vector<std::string>& lines, const std::string& column) {
+  const std::vector<std::string> header = split(lines.at(0), ',');
+  const auto at = std::find(header.begin(), header.end(), column);
+  EXPECT_NE(at, header.end()) << column;
+  if (at == header.end()) return 0;
+  double sum = 0;
+  for (size_t i = 1; i < lines.size(); ++i)
+    sum += std::stod(split(lines[i], ',').at(static_cast<size_t>(at - header.begin())));
+  return sum;
+}
+
 TEST(SimStepTimes, OneRowPerStepWhoseCallsAddUpToItsTotal) {
   const std::string csv = scratch("steps.csv"), json = scratch("steps.json");
   const CliRun r =
@@ -59,9 +78,9 @@ TEST(SimStepTimes, OneRowPerStepWhoseCallsAddUpToItsTotal) {
     ASSERT_EQ(cells.size(), header.size()) << "row " << i;
     EXPECT_EQ(std::stoull(cells[0]), i - 1);
     const double total = std::stod(cells[1]);
-    double calls = 0;  // the *_ahead calls run while the GPU computes: not in the step's total
+    double calls = 0;  // calls while the GPU computes are not in the step's total
     for (size_t c = 2; c < cells.size(); ++c)
-      if (header[c].find("_ahead") == std::string::npos && header[c] != "evicted_pages")
+      if (!while_the_gpu_computes(header[c]) && header[c] != "evicted_pages")
         calls += std::stod(cells[c]);
     EXPECT_NEAR(calls, total, 1e-3 * total + 0.01) << "row " << i;  // float columns
     max = std::max(max, total);
@@ -98,9 +117,8 @@ TEST(SimStepTimes, EvictingAheadKeepsEveryPageIntactAndIsTimedApart) {
   ASSERT_GT(lines.size(), 1u);
   const std::vector<std::string> header = split(lines[0], ',');
   ASSERT_GE(header.size(), 3u);
-  EXPECT_EQ(header[header.size() - 4], "evict_ahead");
-  EXPECT_EQ(header[header.size() - 3], "admit_ahead");
-  EXPECT_EQ(header[header.size() - 2], "touch_ahead");
+  for (const char* column : {"evict_ahead", "admit_ahead", "touch_ahead"})
+    EXPECT_NE(std::find(header.begin(), header.end(), column), header.end()) << column;
   EXPECT_EQ(header.back(), "evicted_pages");
   // The last column counts the pages the step's own calls evicted, not those evicted ahead:
   // the same run without evicting ahead evicts more inside its steps.
@@ -174,6 +192,41 @@ TEST(SimStepTimes, TouchingQueuedPrefixesKeepsEveryPageIntactAndIsTimedApart) {
       EXPECT_GT(j["touch_queued_seconds"].get<double>(), 0.0);
     }
   }
+  std::remove(json.c_str());
+}
+
+// --after-launch: the step's commits, the frees of the requests the step before finished and
+// the rebalancing run after the step's launch, on the host backend with every page checked by
+// the fake engine, under both admissions; they are timed apart from the step.
+TEST(SimStepTimes, AfterTheLaunchKeepsEveryPageIntactAndIsTimedApart) {
+  const std::string csv = scratch("after.csv"), json = scratch("after.json");
+  for (const char* admission : {"eager", "budget"}) {
+    SCOPED_TRACE(admission);
+    const CliRun r = run_cli(
+        "sim --model " + kModel + " --trace " + kSlice + " --limit " + std::string(kVerifyLimit) +
+        " --backend host --tp 8 --gpu-quota 512MiB --host-quota 1GiB --max-batch 16 "
+        "--verify --quiet --evict-ahead 4096 --after-launch --admission " +
+        admission + " --json " + json + " --step-times " + csv);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    EXPECT_NE(r.out.find("after the launch"), std::string::npos) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(slurp(json));
+    EXPECT_TRUE(j["settings"]["after_launch"].get<bool>());
+    EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u);
+    EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u);
+    EXPECT_GT(j["reused_tokens"].get<uint64_t>(), 0u);  // what was committed after was matched
+    EXPECT_GT(j["after_launch_seconds"].get<double>(), 0.0);
+    EXPECT_GE(j["ahead_us_per_step_p99"].get<double>(),
+              j["after_launch_us_per_step_p99"].get<double>());
+    const std::vector<std::string> lines = split(slurp(csv), '\n');
+    ASSERT_GT(lines.size(), 1u);
+    // None of it inside a step; all of it after the launches ("free" inside a step is only
+    // a request preempted for recompute).
+    EXPECT_EQ(column_sum(lines, "commit"), 0.0);
+    EXPECT_EQ(column_sum(lines, "rebalance"), 0.0);
+    EXPECT_GT(column_sum(lines, "commit_after_launch"), 0.0);
+    EXPECT_GT(column_sum(lines, "free_after_launch"), 0.0);
+  }
+  std::remove(csv.c_str());
   std::remove(json.c_str());
 }
 

@@ -296,6 +296,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
                   "waiting requests nearest the head of the queue whose reusable prefixes move to "
                   "the back of the eviction order while the GPU computes, each once (0: off; "
                   "timed apart from the step)");
+  sim->add_flag("--after-launch", o.after_launch,
+                "commit the step's prefill chunks and free the requests it finished after its "
+                "launch, while the GPU computes (timed apart from the step)");
   sim->add_option(
       "--snapshot-policy", o.snapshot_policy,
       "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, "

@@ -40,6 +40,12 @@ struct SimOptions {
   // computes (KvCacheManager::touch_reuse), each once as it comes that near (0: off). The
   // default is twice the default batch.
   uint64_t touch_queued = 128;
+  // The step's commits (commit_at_snapshot of each prefill chunk) and the frees of the requests
+  // it finished run after the step's last resize, i.e. after its launch, while the GPU computes
+  // it, as an engine that schedules ahead runs them: off the step's critical path. Blocks a step
+  // computes are matchable from the next step on, and a finished request's pages come back
+  // after the step that computed its last token.
+  bool after_launch = false;
   std::string snapshot_policy = "periodic:512,aligned-end:512,branch,end,chunk";
   uint32_t spec_tokens = 0;
   std::string backend = "none";

@@ -11,8 +11,9 @@ namespace hybridkv::tools {
 void Scheduler::rebalance() {
   if (!h_.serving().policies.rebalancing()) return;
   KvCacheManager& m = h_.manager();
-  if (!timed(kOpAdjust, [&] { return m.need_adjustment(); })) return;
-  const Result<bool> moved = timed(kOpAdjust, [&] { return m.adjust(); });
+  const SimOp op = o_.after_launch ? kOpAdjustAfter : kOpAdjust;
+  if (!timed(op, [&] { return m.need_adjustment(); })) return;
+  const Result<bool> moved = timed(op, [&] { return m.adjust(); });
   check(moved.status(), "adjust");
   if (moved.is_ok() && *moved) ++c_.adjustments;
 }

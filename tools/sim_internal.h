@@ -41,12 +41,26 @@ enum SimOp : uint8_t {
   kOpEvictAhead,  // from here on: off the step's critical path, not in its total
   kOpAdmitAhead,
   kOpTouch,
+  kOpCommitAfter,  // --after-launch: the step's commits, frees and rebalancing, while the GPU
+  kOpFreeAfter,    // computes it
+  kOpAdjustAfter,
   kSimOps
 };
 // Column names of --step-times.
-inline constexpr const char* kSimOpKeys[kSimOps] = {
-    "add_request", "resume",     "suspend",     "free",        "commit",     "resize",
-    "rebalance",   "can_resume", "evict_ahead", "admit_ahead", "touch_ahead"};
+inline constexpr const char* kSimOpKeys[kSimOps] = {"add_request",
+                                                    "resume",
+                                                    "suspend",
+                                                    "free",
+                                                    "commit",
+                                                    "resize",
+                                                    "rebalance",
+                                                    "can_resume",
+                                                    "evict_ahead",
+                                                    "admit_ahead",
+                                                    "touch_ahead",
+                                                    "commit_after_launch",
+                                                    "free_after_launch",
+                                                    "rebalance_after_launch"};
 inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)",
                                                      "resume",
                                                      "suspend",
@@ -57,7 +71,10 @@ inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)"
                                                      "can_resume (before a resume)",
                                                      "evict_ahead (while the GPU computes)",
                                                      "admit_ahead (while the GPU computes)",
-                                                     "touch_queued (while the GPU computes)"};
+                                                     "touch_queued (while the GPU computes)",
+                                                     "commit_at_snapshot after the launch",
+                                                     "free_request after the launch",
+                                                     "rebalance after the launch"};
 
 // What a run counted.
 struct SimCounters {

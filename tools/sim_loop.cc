@@ -37,11 +37,7 @@ void Scheduler::arrivals() {
 void Scheduler::resume_suspended(uint64_t* budget) {
   while (!suspended_.empty() && running_.size() < o_.max_batch && (!budget || *budget > 0)) {
     Running& r = suspended_.front();
-    const Status can = timed(kOpCanResume, [&] { return h_.cache(r.index)->can_resume(); });
-    if (!can.is_ok()) {
-      last_refusal_ = can.message();
-      return;
-    }
+    if (!may_resume(r.index)) return;
     check(timed(kOpResume, [&] { return h_.resume(r.index); }), "resume");
     ++c_.resumes;
     if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify after resume");
@@ -49,6 +45,13 @@ void Scheduler::resume_suspended(uint64_t* budget) {
     suspended_.erase(suspended_.begin());
     join(std::move(joined), budget);
   }
+}
+
+// Whether a preempted or new request can resume in this step (a refusal costs nothing).
+bool Scheduler::may_resume(uint64_t index) {
+  const Status can = timed(kOpCanResume, [&] { return h_.cache(index)->can_resume(); });
+  if (!can.is_ok()) last_refusal_ = can.message();
+  return can.is_ok();
 }
 
 // A resumed or admitted request runs; with a budget (--admission budget) it computes in this
@@ -133,10 +136,8 @@ void Scheduler::admit(uint64_t* budget) {
          (admitting_ || !waiting_.empty()) && (!budget || *budget > 0) && c_.error.empty()) {
     if (!admitting_ && !create_next(kOpAdd)) return;
     Running& r = *admitting_;
-    const Status can = timed(kOpCanResume, [&] { return h_.cache(r.index)->can_resume(); });
-    if (!can.is_ok()) {
+    if (!may_resume(r.index)) {
       ++c_.failed_admissions;
-      last_refusal_ = can.message();
       return;
     }
     check(timed(kOpResume, [&] { return h_.resume(r.index); }), "resume at admission");
@@ -196,16 +197,16 @@ bool Scheduler::preempt_for(const Running& for_request) {
   return false;
 }
 
-void Scheduler::finish(Running& r) {
+void Scheduler::finish(Running& r, SimOp op) {
   // Generated tokens are committed only with the `answer` policy: in Mooncake traces a later
   // prompt never holds an earlier request's output (it arrives as new hash ids).
   if (h_.serving().snapshots.answer_end) {
     const std::vector<int32_t> output = output_tokens(reqs_[r.index]);
-    const Status s = timed(kOpFree, [&] { return h_.commit_answer(r.index, output); });
+    const Status s = timed(op, [&] { return h_.commit_answer(r.index, output); });
     if (!s.is_ok() && s.code() != StatusCode::kOutOfPages) check(s, "commit answer");
   }
   if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify before free");
-  check(timed(kOpFree, [&] { return h_.free_request(r.index); }), "free");
+  check(timed(op, [&] { return h_.free_request(r.index); }), "free");
   ++finished_;
 }
 
@@ -276,15 +277,46 @@ bool Scheduler::advance(size_t i, uint64_t& budget) {
     progressed_ = true;
   }
   if (prefill) {
-    const Status committed = timed(kOpCommit, [&] { return h_.commit_at_snapshot(r.index); });
-    if (!committed.is_ok() && committed.code() != StatusCode::kOutOfPages)
-      check(committed, "commit");  // full: not published
+    if (o_.after_launch) {
+      to_commit_.push_back(r.index);
+    } else {
+      commit(r.index, kOpCommit);
+    }
   } else if (++r.generated >= t.output_length) {
-    finish(r);
+    if (o_.after_launch) {
+      finishing_.push_back(std::move(r));
+    } else {
+      finish(r, kOpFree);
+    }
     running_.erase(running_.begin() + static_cast<int64_t>(i));
     return false;
   }
   return true;
+}
+
+void Scheduler::commit(uint64_t index, SimOp op) {
+  const Status committed = timed(op, [&] { return h_.commit_at_snapshot(index); });
+  if (!committed.is_ok() && committed.code() != StatusCode::kOutOfPages)
+    check(committed, "commit");  // full: not published
+}
+
+// --after-launch, while the GPU computes the step: its chunks are committed (a request
+// preempted later in the step, by an older one that joined, keeps its chunk uncommitted), the
+// requests the step before finished are freed (their last token is in by now; pages freed
+// while the step that reads them runs could be written by a copy ahead) and the pool groups
+// are rebalanced.
+void Scheduler::after_launch() {
+  if (!o_.after_launch) return;
+  for (uint64_t index : to_commit_) {
+    const bool running = std::any_of(running_.begin(), running_.end(),
+                                     [&](const Running& r) { return r.index == index; });
+    if (running) commit(index, kOpCommitAfter);
+  }
+  to_commit_.clear();
+  for (Running& r : finished_before_) finish(r, kOpFreeAfter);
+  finished_before_ = std::move(finishing_);
+  finishing_.clear();
+  rebalance();
 }
 
 // One step: prefill chunks under the token budget, one decode token per decoding request,
@@ -313,14 +345,16 @@ bool Scheduler::tick() {
     admit(nullptr);
   }
   if (!c_.error.empty()) return false;
-  if (running_.empty() && suspended_.empty() && !admitting_ && waiting_.empty()) {
+  if (running_.empty() && suspended_.empty() && !admitting_ && waiting_.empty() &&
+      finishing_.empty() && finished_before_.empty()) {
     if (next_arrival_ < reqs_.size()) clock_ms_ = reqs_[next_arrival_].timestamp_ms;
     return true;  // idle until the next arrival (or done: every request was skipped)
   }
   step();
   if (!c_.error.empty()) return false;
-  rebalance();
+  if (!o_.after_launch) rebalance();
   step_evictions_ = absorb(h_.manager().take_iteration_stats());  // the step's own
+  after_launch();
   evict_ahead();
   admit_ahead();
   touch_queued();

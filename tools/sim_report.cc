@@ -23,6 +23,7 @@ struct StepTimes {
   // Work ahead of the steps, while the GPU computes (off their path): evict_ahead alone, and
   // with admit_ahead and touch_queued.
   double evict_p99 = 0, evict_total = 0, admit_total = 0, touch_total = 0, ahead_p99 = 0;
+  double after_total = 0, after_p99 = 0;  // --after-launch: commits and frees
   // The steps at or above the p99: how many, and their time by call (SimOp).
   uint64_t slow_steps = 0;
   std::array<double, kSimOps> slow_ops_us{};
@@ -51,16 +52,21 @@ StepTimes step_times(const SimCounters& c) {
     for (size_t op = 0; op < kOpEvictAhead; ++op) t.slow_ops_us[op] += c.step_ops_us[s][op];
     if (s < c.step_evictions.size()) t.slow_evictions += c.step_evictions[s];
   }
-  std::vector<double> evict, ahead;
+  std::vector<double> evict, ahead, after;
   for (const auto& ops : c.step_ops_us) {
     evict.push_back(ops[kOpEvictAhead]);
-    ahead.push_back(ops[kOpEvictAhead] + ops[kOpAdmitAhead] + ops[kOpTouch]);
+    after.push_back(ops[kOpCommitAfter] + ops[kOpFreeAfter] + ops[kOpAdjustAfter]);
+    double all = 0;
+    for (size_t op = kOpEvictAhead; op < kSimOps; ++op) all += ops[op];
+    ahead.push_back(all);
     t.evict_total += ops[kOpEvictAhead];
     t.admit_total += ops[kOpAdmitAhead];
     t.touch_total += ops[kOpTouch];
+    t.after_total += after.back();
   }
   t.evict_p99 = percentile(evict, 990);
   t.ahead_p99 = percentile(ahead, 990);
+  t.after_p99 = percentile(after, 990);
   return t;
 }
 
@@ -165,6 +171,7 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"upkeep", o.upkeep},
           {"admit_ahead", o.admit_ahead},
           {"touch_queued", o.touch_queued},
+          {"after_launch", o.after_launch},
           {"step_ms", o.step_ms},
           {"typical_len", o.typical_len},
           {"rebalance", o.rebalance},
@@ -305,6 +312,8 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["evict_ahead_seconds"] = f.times.evict_total / 1e6;
   j["admit_ahead_seconds"] = f.times.admit_total / 1e6;
   j["touch_queued_seconds"] = f.times.touch_total / 1e6;
+  j["after_launch_seconds"] = f.times.after_total / 1e6;
+  j["after_launch_us_per_step_p99"] = f.times.after_p99;
   j["ahead_us_per_step_p99"] = f.times.ahead_p99;
   j["pages_prefetched"] = c.pages_prefetched;
   nlohmann::json slow;
@@ -416,6 +425,13 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
         "touch queued        %.1f s in all (the next %llu waiting requests' prefixes); all work "
         "ahead p99 %.1f us per step (not in the step's time)\n",
         f.times.touch_total / 1e6, static_cast<ull>(o.touch_queued), f.times.ahead_p99);
+  }
+  if (o.after_launch) {
+    std::printf(
+        "after the launch    %.1f s in all (the steps' commits, frees and rebalancing), p99 %.1f "
+        "us per "
+        "step; all work while the GPU computes p99 %.1f us per step (not in the step's time)\n",
+        f.times.after_total / 1e6, f.times.after_p99, f.times.ahead_p99);
   }
   std::printf("prompt keys         hashed ahead, off the step: %.1f s in all\n",
               c.hash_ahead_us / 1e6);

@@ -80,6 +80,7 @@ class Scheduler {
   // Without a budget (eager admission) before the step; with one, inside it.
   void resume_suspended(uint64_t* budget);
   void admit(uint64_t* budget);
+  bool may_resume(uint64_t index);
   void join(Running r, uint64_t* budget);
   bool create(Running& r, const Waiting& w, SimOp op = kOpAdd);
   void count_reuse(Running& r);
@@ -92,7 +93,9 @@ class Scheduler {
   bool preempt_for(const Running& for_request);
   void suspend(Running& victim);
   void recompute(Running victim);
-  void finish(Running& r);
+  void finish(Running& r, SimOp op);
+  void commit(uint64_t index, SimOp op);  // commit_at_snapshot after a prefill chunk
+  void after_launch();
   void record_step();
   // Adds a take_iteration_stats() to the run's totals; returns the pages it evicted.
   uint64_t absorb(const IterationStats& it);
@@ -116,6 +119,11 @@ class Scheduler {
   std::optional<Running> admitting_;  // created, waiting for room to resume
   std::vector<Running> running_;      // oldest first
   std::vector<Running> suspended_;    // oldest first
+  // --after-launch: requests whose chunk the step computes (committed after its launch), and
+  // requests that computed their last token in it (freed after the next step's launch).
+  std::vector<uint64_t> to_commit_;
+  std::vector<Running> finishing_;
+  std::vector<Running> finished_before_;  // finished in the step before: freed in this one
   uint64_t next_arrival_ = 0, finished_ = 0, clock_ms_ = 0, next_order_ = 0;
   uint64_t steps_without_progress_ = 0;
   bool progressed_ = false;

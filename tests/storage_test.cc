@@ -234,6 +234,29 @@ TEST_F(StorageTest, EverFullIsSetByTheFirstEvictionOfAPageOfValue) {
   EXPECT_EQ(storage_->check(), "");
 }
 
+// A HELD page's holder resumes into it whatever the tree says of it: the tree's demotion puts a
+// DROPPABLE page before every page of value, but not a HELD one, which waits its turn by age
+// (a request about to resume had the pages it prefetched taken first, and went on waiting).
+TEST_F(StorageTest, ADemotedHeldPageIsNotTakenBeforePagesOfValue) {
+  make(true);
+  const std::vector<PageId> ids = fill_owned();
+  storage_->add_ref(ids[5], Ref::kSuspended);  // HELD, and the newest in its queue
+  storage_->set_demoted(ids[5], true);
+  storage_->set_demoted(ids[7], true);
+  make_room(*storage_, kGpuTier, pg_, 1, recorder_);  // the demoted DROPPABLE page first
+  EXPECT_EQ(recorder_.dropped, std::vector<OwnerTag>{7});
+  make_room(*storage_, kGpuTier, pg_, 2, recorder_);       // then the least recently used
+  EXPECT_NE(storage_->page(ids[0]).tier, TierKind::kGpu);  // copied down (a page of value)
+  EXPECT_EQ(storage_->page(ids[5]).tier, TierKind::kGpu);
+  EXPECT_EQ(storage_->check(), "");
+  // Released by its holder, the page is DROPPABLE and demoted again: it goes first.
+  storage_->drop_ref(ids[5], Ref::kSuspended);
+  make_room(*storage_, kGpuTier, pg_, 3, recorder_);
+  EXPECT_EQ(recorder_.dropped, (std::vector<OwnerTag>{7, 5}));
+  EXPECT_EQ(storage_->page(ids[1]).tier, TierKind::kGpu);
+  EXPECT_EQ(storage_->check(), "");
+}
+
 // Shrinking a pool moves exactly the pages in the retired slots into free ones below; growing
 // it again puts the new slots under the free stack.
 TEST_F(StorageTest, ShrinkingAPoolMovesOnlyThePagesInRetiredSlots) {

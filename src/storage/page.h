@@ -75,8 +75,8 @@ struct alignas(64) Page {
   bool pinned = false;  // out of the queues while an operation works on it
   bool live = false;    // false: the id is on the free list
   // Set by the owner for a page that cannot serve a request now (KV no snapshot can resume
-  // into, a snapshot a deeper one supersedes): it goes before every page that is not, and is
-  // dropped rather than copied down a tier.
+  // into, a snapshot a deeper one supersedes): while DROPPABLE it goes before every page that
+  // is not, and is dropped rather than copied down a tier (HELD, its holder still needs it).
   bool demoted = false;
   // How fast the page ages in its queue (value-aware eviction): its wait counts
   // age_factor_256(age_class) / 256 times; set by the owner from what the page is worth per byte.
@@ -94,17 +94,12 @@ struct alignas(64) Page {
 
   bool owned() const { return owner != kNoOwner; }
   bool is_copy() const { return copy_of != kNoPage; }
-  // Eviction order: rank ascending (demoted pages first, then by priority), then LRU.
+  // Eviction order: rank ascending (demoted pages first, then by priority), then LRU. The
+  // shipped policies rank a HELD page by its priority alone (ranked_lru_policy.cc).
   int64_t rank() const { return demoted ? int64_t{priority} - (int64_t{1} << 32) : priority; }
   // Its wait at `now`, in neutral ticks: the queues evict the longest wait of the lowest rank.
   uint64_t weighted_age(uint64_t now) const {
     return (now - lru_tick) * age_factor_256(age_class) / 256;
-  }
-  // The queues' order: `this` goes before `other` (a lower rank, or a longer weighted wait in
-  // the same rank).
-  bool evicted_before(const Page& other, uint64_t now) const {
-    if (rank() != other.rank()) return rank() < other.rank();
-    return weighted_age(now) > other.weighted_age(now);
   }
   PageState state() const {
     if (!live) return PageState::kReleased;

@@ -20,6 +20,12 @@
 namespace hybridkv::storage {
 namespace {
 
+// A page's rank in a queue of `kind`: a HELD page's holder resumes into it whatever the tree's
+// verdict, so demotion (Page::rank) orders only the DROPPABLE pages.
+int64_t queue_rank(const Page& p, QueueKind kind) {
+  return kind == QueueKind::kHeld ? int64_t{p.priority} : p.rank();
+}
+
 class RankedLruQueue final : public EvictionQueue {
  public:
   RankedLruQueue(PageTable* pages, QueueKind kind, const uint64_t* clock)
@@ -44,7 +50,7 @@ class RankedLruQueue final : public EvictionQueue {
     HKV_CHECK(p.queue == kind_, "page %u is not in this queue", id.value);
     auto it = buckets_.find(key(p));
     HKV_CHECK(it != buckets_.end(), "page %u: no bucket for rank %lld class %u", id.value,
-              static_cast<long long>(p.rank()), p.age_class);
+              static_cast<long long>(rank_of(p)), p.age_class);
     Bucket& b = it->second;
     if (p.prev != kNoPage)
       at(p.prev).next = p.next;
@@ -83,8 +89,8 @@ class RankedLruQueue final : public EvictionQueue {
     for (size_t k = 1; k < ids.size(); ++k) {
       const Page& prev = at(ids[k - 1]);
       const Page& p = at(ids[k]);
-      if (std::tuple(prev.rank(), prev.age_class, prev.lru_tick) >=
-          std::tuple(p.rank(), p.age_class, p.lru_tick))
+      if (std::tuple(rank_of(prev), prev.age_class, prev.lru_tick) >=
+          std::tuple(rank_of(p), p.age_class, p.lru_tick))
         return "queue order broken at page " + std::to_string(ids[k].value);
     }
     return "";
@@ -96,16 +102,18 @@ class RankedLruQueue final : public EvictionQueue {
     PageId tail;
   };
   using Buckets = std::map<int64_t, Bucket>;
-  static int64_t key(const Page& p) { return p.rank() * kAgeClasses + p.age_class; }
+  int64_t rank_of(const Page& p) const { return queue_rank(p, kind_); }
+  int64_t key(const Page& p) const { return rank_of(p) * kAgeClasses + p.age_class; }
   Page& at(PageId id) const { return (*pages_)[id.value]; }
 
   // The longest weighted wait among the heads of the buckets of `it`'s rank.
   PageId oldest_of_rank(Buckets::const_iterator it) const {
     if (it == buckets_.end()) return kNoPage;
-    const int64_t rank = at(it->second.head).rank();
+    const int64_t rank = rank_of(at(it->second.head));
     PageId best = it->second.head;
-    for (++it; it != buckets_.end() && at(it->second.head).rank() == rank; ++it) {
-      if (at(it->second.head).evicted_before(at(best), *clock_)) best = it->second.head;
+    for (++it; it != buckets_.end() && rank_of(at(it->second.head)) == rank; ++it) {
+      if (at(it->second.head).weighted_age(*clock_) > at(best).weighted_age(*clock_))
+        best = it->second.head;
     }
     return best;
   }
@@ -116,6 +124,10 @@ class RankedLruQueue final : public EvictionQueue {
   Buckets buckets_;  // by key()
   uint64_t size_ = 0;
 };
+
+QueueKind queue_of(const Page& p) {
+  return p.state() == PageState::kHeld ? QueueKind::kHeld : QueueKind::kDroppable;
+}
 
 class RankedLruPolicy final : public EvictionPolicy {
  public:
@@ -129,7 +141,9 @@ class RankedLruPolicy final : public EvictionPolicy {
     return std::make_unique<RankedLruQueue>(pages, kind, clock);
   }
   bool evicted_before(const Page& a, const Page& b, uint64_t now) const override {
-    return a.evicted_before(b, now);
+    const int64_t ra = queue_rank(a, queue_of(a)), rb = queue_rank(b, queue_of(b));
+    if (ra != rb) return ra < rb;
+    return a.weighted_age(now) > b.weighted_age(now);
   }
 
  private:

@@ -96,6 +96,9 @@ TEST_F(EngineCalls, PrefetchInPartsOnboardsAtMostTheAskedPagesEachCall) {
   EXPECT_NE(none.status().message().find("max_pages"), std::string::npos);
   (void)m->take_iteration_stats();
   size_t away = 12;
+  // pages_away tells a scheduler when the rest is few enough to resume in its step.
+  ASSERT_TRUE(a.cache->pages_away().is_ok());
+  EXPECT_EQ(*a.cache->pages_away(), away);
   for (const uint64_t expected : {5u, 5u, 2u, 0u}) {  // fewer than asked: none is left away
     const Result<uint64_t> moved = a.cache->prefetch(5);
     ASSERT_TRUE(moved.is_ok()) << moved.status().to_string();
@@ -103,6 +106,7 @@ TEST_F(EngineCalls, PrefetchInPartsOnboardsAtMostTheAskedPagesEachCall) {
     EXPECT_EQ(m->take_iteration_stats().pages_onboarded, expected);
     away -= expected;
     EXPECT_EQ(pages_on_host(*m), away);
+    EXPECT_EQ(*a.cache->pages_away(), away);
     EXPECT_EQ(a.cache->state(), CacheState::kSuspended);
     EXPECT_EQ(testing::check_invariants(*m), "");
   }
@@ -110,6 +114,10 @@ TEST_F(EngineCalls, PrefetchInPartsOnboardsAtMostTheAskedPagesEachCall) {
   EXPECT_EQ(m->take_iteration_stats().pages_onboarded, 0u);
   ASSERT_OK(engine.verify(*a.cache, a.fake));
   EXPECT_EQ(a.cache->prefetch(5).status().code(), StatusCode::kFailedPrecondition);  // ACTIVE
+  const Result<uint64_t> active = a.cache->pages_away();
+  EXPECT_EQ(active.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(active.status().message().find("pages_away"), std::string::npos)
+      << active.status().to_string();
 }
 
 // A: 96 tokens computed from scratch and committed; B: the same prompt, matched.

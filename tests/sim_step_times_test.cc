@@ -230,6 +230,31 @@ TEST(SimStepTimes, AfterTheLaunchKeepsEveryPageIntactAndIsTimedApart) {
   std::remove(json.c_str());
 }
 
+// --onboard-in-step: a resumption or admission with more pages away waits while they come up
+// between steps (--admit-ahead, in parts), on the host backend with every page checked by the
+// fake engine; without --admit-ahead nothing would bring them up: refused before the run.
+TEST(SimStepTimes, OnboardingBetweenStepsKeepsEveryPageIntact) {
+  const std::string json = scratch("onboard.json");
+  const std::string common = "sim --model " + kModel + " --trace " + kSlice + " --limit " +
+                             std::string(kVerifyLimit) +
+                             " --backend host --tp 8 --gpu-quota 512MiB --host-quota 1GiB "
+                             "--max-batch 16 --quiet --admission budget --onboard-in-step 2 ";
+  const CliRun r = run_cli(common + "--verify --evict-ahead 4096 --admit-ahead 8 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("waited a step while its pages came up"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u);
+  EXPECT_GT(j["onboard_waits"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["pages_prefetched"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["settings"]["onboard_in_step"].get<uint64_t>(), 2u);
+  const CliRun refused = run_cli(common);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("--onboard-in-step: 2 needs --admit-ahead"), std::string::npos)
+      << refused.err;
+  std::remove(json.c_str());
+}
+
 TEST(SimStepTimes, AnUnwritablePathIsRefusedBeforeTheRun) {
   const CliRun r = run_cli("sim --model " + kModel + " --trace " + kSlice +
                            " --limit 5 --quiet --step-times /nonexistent-dir/steps.csv");

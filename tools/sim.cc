@@ -120,6 +120,9 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
     return Status::invalid("--arrival: '" + o.arrival + "' is not asap or timestamps");
   if (o.admission != "eager" && o.admission != "budget")
     return Status::invalid("--admission: '" + o.admission + "' is not eager or budget");
+  if (o.onboard_in_step > 0 && o.admit_ahead == 0)
+    return Status::invalid("--onboard-in-step: " + std::to_string(o.onboard_in_step) +
+                           " needs --admit-ahead > 0 to bring the other pages up between steps");
   return serving;
 }
 
@@ -292,6 +295,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--admit-ahead", o.admit_ahead,
                   "pages the next resumption or admission onboards ahead of each step while the "
                   "GPU computes (its request created then; 0: off; timed apart from the step)");
+  sim->add_option("--onboard-in-step", o.onboard_in_step,
+                  "pages a resumption or admission may bring up from a colder tier inside its "
+                  "step (0: no limit); one with more waits while --admit-ahead brings them up");
   sim->add_option("--touch-queued", o.touch_queued,
                   "waiting requests nearest the head of the queue whose reusable prefixes move to "
                   "the back of the eviction order while the GPU computes, each once (0: off; "

@@ -36,6 +36,11 @@ struct SimOptions {
   // away pages come up in parts of at most this many (KvCache::prefetch), so that the resume
   // at the step finds them on the GPU. That time too is off the step's critical path.
   uint64_t admit_ahead = 0;
+  // Pages a resumption or admission may bring up from a colder tier inside its step (0: no
+  // limit). One with more away (KvCache::pages_away) waits while --admit-ahead brings them up
+  // between steps, as an engine that loads KV asynchronously holds a request until its KV is
+  // in: the step's work no longer grows with a prefix found on the host.
+  uint64_t onboard_in_step = 0;
   // Waiting requests nearest the head of the queue whose prefixes are touched while the GPU
   // computes (KvCacheManager::touch_reuse), each once as it comes that near (0: off). The
   // default is twice the default batch.

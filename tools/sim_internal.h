@@ -90,6 +90,7 @@ struct SimCounters {
   uint64_t resumes = 0;            // ... and their resumes (never more than suspends)
   uint64_t recomputes = 0;         // preemptions that freed the request (it is recomputed)
   uint64_t failed_admissions = 0;  // new requests that could not resume yet (tried again)
+  uint64_t onboard_waits = 0;  // resumptions put off while their pages come up (--onboard-in-step)
   // Requests that joined the running batch (admitted or resumed) and computed no prefill token
   // in that step (its token budget was spent): they hold memory a step early.
   uint64_t idle_joins = 0;

@@ -47,11 +47,23 @@ void Scheduler::resume_suspended(uint64_t* budget) {
   }
 }
 
-// Whether a preempted or new request can resume in this step (a refusal costs nothing).
+// Whether a preempted or new request resumes in this step: can_resume (a refusal costs
+// nothing), and with --onboard-in-step no more pages away than that (the others come up
+// between steps first).
 bool Scheduler::may_resume(uint64_t index) {
-  const Status can = timed(kOpCanResume, [&] { return h_.cache(index)->can_resume(); });
-  if (!can.is_ok()) last_refusal_ = can.message();
-  return can.is_ok();
+  const KvCache& cache = *h_.cache(index);
+  const Status can = timed(kOpCanResume, [&] { return cache.can_resume(); });
+  if (!can.is_ok()) {
+    last_refusal_ = can.message();
+    return false;
+  }
+  if (o_.onboard_in_step == 0) return true;
+  const Result<uint64_t> away = timed(kOpCanResume, [&] { return cache.pages_away(); });
+  check(away.status(), "pages_away");
+  if (!away.is_ok() || *away <= o_.onboard_in_step) return true;
+  ++c_.onboard_waits;
+  last_refusal_ = std::to_string(*away) + " pages still to come up from a colder tier";
+  return false;
 }
 
 // A resumed or admitted request runs; with a budget (--admission budget) it computes in this

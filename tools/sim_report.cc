@@ -170,6 +170,7 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"evict_ahead", o.evict_ahead},
           {"upkeep", o.upkeep},
           {"admit_ahead", o.admit_ahead},
+          {"onboard_in_step", o.onboard_in_step},
           {"touch_queued", o.touch_queued},
           {"after_launch", o.after_launch},
           {"step_ms", o.step_ms},
@@ -264,6 +265,7 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["requests_skipped"] = c.skipped;
   j["recomputes"] = c.recomputes;
   j["failed_admissions"] = c.failed_admissions;
+  j["onboard_waits"] = c.onboard_waits;
   j["idle_joins"] = c.idle_joins;
   j["most_joins_in_a_step"] = c.most_joins;
   j["bytes_offload_cancelled"] = c.bytes_offload_cancelled;
@@ -375,6 +377,12 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
       static_cast<ull>(c.suspends), static_cast<ull>(c.resumes), static_cast<ull>(c.recomputes),
       static_cast<ull>(c.failed_admissions), static_cast<ull>(c.most_joins),
       static_cast<ull>(c.idle_joins));
+  if (o.onboard_in_step > 0) {
+    std::printf(
+        "onboarding          %llu times a resumption or admission waited a step while its pages "
+        "came up (more than %llu away)\n",
+        static_cast<ull>(c.onboard_waits), static_cast<ull>(o.onboard_in_step));
+  }
   std::printf("offloaded           %s   onboarded %s   dropped pages %llu\n",
               format_bytes(c.bytes_offloaded - c.bytes_offload_cancelled).c_str(),
               format_bytes(c.bytes_onboarded).c_str(), static_cast<ull>(c.pages_dropped));

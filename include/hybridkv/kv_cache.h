@@ -108,6 +108,11 @@ class KvCache {
   // prefix's onboarding over the steps before the resume. Out of room: kOutOfPages, nothing
   // changes; max_pages 0: kInvalidArgument.
   [[nodiscard]] Result<uint64_t> prefetch(uint64_t max_pages);
+  // Requires: SUSPENDED. How many of the cache's pages sit on a colder tier now (at most what a
+  // resume would bring up; a first resume leaves out the OPTIONAL groups it does not select):
+  // a scheduler that resumes a cache only once few are left, prefetching the rest between
+  // steps, keeps the onboarding out of its steps.
+  [[nodiscard]] Result<uint64_t> pages_away() const;
   // Requires: ACTIVE.
   [[nodiscard]] Status suspend();
   // Requires: ACTIVE; history <= capacity; history >= history().

@@ -396,6 +396,12 @@ class KvCache:
         Starts onboarding a SUSPENDED cache's pages so that resume only waits. With max_pages: at most that many, answering how many (fewer: none is left away), to spread a long prefix over steps; without: all of them (answers 0).
         """
 
+    @property
+    def pages_away(self) -> int:
+        """
+        How many of a SUSPENDED cache's pages sit on a colder tier now: resume it in a step once few are left, prefetch the rest between steps.
+        """
+
     def plan_snapshot_drop(self) -> PlannedDrop:
         """A PlannedDrop of the snapshots this cache would leave in the tree."""
 

@@ -175,6 +175,10 @@ void bind_cache(nb::module_& m) {
           "Starts onboarding a SUSPENDED cache's pages so that resume only waits. With max_pages: "
           "at most that many, answering how many (fewer: none is left away), to spread a long "
           "prefix over steps; without: all of them (answers 0).")
+      .def_prop_ro(
+          "pages_away", [](const KvCache& c) { return value_or_raise(c.pages_away()); },
+          "How many of a SUSPENDED cache's pages sit on a colder tier now: resume it in a step "
+          "once few are left, prefetch the rest between steps.")
       .def(
           "plan_snapshot_drop", [](KvCache& c) { return value_or_raise(c.plan_snapshot_drop()); },
           Release(), "A PlannedDrop of the snapshots this cache would leave in the tree.")

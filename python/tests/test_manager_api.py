@@ -106,8 +106,11 @@ def test_kv_cache_prefetch_ready_event_and_planned_drops():
     with pytest.raises(ValueError, match="max_pages is 0"):
         a.prefetch(max_pages=0)
     assert a.prefetch(max_pages=8) == 0  # every page is on the GPU: nothing to onboard
+    assert a.pages_away == 0
     a.prefetch()
     a.resume()
+    with pytest.raises(RuntimeError, match="pages_away"):
+        a.pages_away  # ACTIVE: not a question for a running cache
     m.wait(a.ready_event)
     assert a.capacity == 64
     st = m.take_iteration_stats()

@@ -43,6 +43,7 @@ Status KvCache::can_resume(const std::vector<CacheGroupId>& optional_groups) con
 }
 Status KvCache::suspend() { return core_->suspend(id_); }
 Status KvCache::prefetch() { return core_->prefetch(id_, UINT64_MAX).status(); }
+Result<uint64_t> KvCache::pages_away() const { return core_->pages_away(id_); }
 Result<uint64_t> KvCache::prefetch(uint64_t max_pages) {
   if (max_pages == 0) return Status::invalid("prefetch: max_pages is 0; at least 1 page");
   return core_->prefetch(id_, max_pages);

@@ -78,6 +78,8 @@ class ManagerCore {
   Status suspend(uint32_t id);
   // Onboards at most max_pages away pages of a SUSPENDED cache; how many it onboarded.
   Result<uint64_t> prefetch(uint32_t id, uint64_t max_pages);
+  // Pages of a SUSPENDED cache on a colder tier (shared lock).
+  Result<uint64_t> pages_away(uint32_t id) const;
   Status resize(uint32_t id, uint64_t capacity, uint64_t history);
   struct ResizeCall {
     uint32_t id = 0;

@@ -144,6 +144,16 @@ Status ManagerCore::can_resume(uint32_t id,
   return resume_allowed(id, chosen, true, needs);
 }
 
+Result<uint64_t> ManagerCore::pages_away(uint32_t id) const {
+  std::shared_lock lock(mu_);
+  if (Status s = expect_state(id, CacheState::kSuspended, "pages_away"); !s) return s;
+  uint64_t away = 0;
+  for_each_page(caches_[id], [&](PageId pid, const CacheGroup&, uint64_t) {
+    away += storage_.page(pid).tier != TierKind::kGpu;
+  });
+  return away;
+}
+
 Result<uint64_t> ManagerCore::prefetch(uint32_t id, uint64_t max_pages) {
   std::unique_lock lock(mu_);
   if (Status s = expect_state(id, CacheState::kSuspended, "prefetch"); !s) return s;

@@ -7,107 +7,10 @@
 
 #include "hybridkv/units.h"
 #include "sim_internal.h"
+#include "sim_step_times.h"
 
 namespace hybridkv::tools {
 namespace {
-
-// A step over this is visible in an engine's inter-token latency (issue 35's bound on the p99).
-constexpr double kSlowStepUs = 100;
-
-struct StepTimes {
-  double median = 0;
-  double p90 = 0;
-  double p99 = 0;
-  double max = 0;
-  double over_slow = 0;  // share of steps over kSlowStepUs
-  // Work ahead of the steps, while the GPU computes (off their path): evict_ahead alone, and
-  // with admit_ahead and touch_queued.
-  double evict_p99 = 0, evict_total = 0, admit_total = 0, touch_total = 0, ahead_p99 = 0;
-  double after_total = 0, after_p99 = 0;  // --after-launch: commits and frees
-  // The steps at or above the p99: how many, and their time by call (SimOp).
-  uint64_t slow_steps = 0;
-  std::array<double, kSimOps> slow_ops_us{};
-  uint64_t slow_evictions = 0;  // pages the slow steps' own calls evicted
-};
-
-double percentile(std::vector<double> v, size_t per_mille) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, v.size() * per_mille / 1000)];
-}
-
-StepTimes step_times(const SimCounters& c) {
-  if (c.step_us.empty()) return {};
-  std::vector<double> us = c.step_us;
-  std::sort(us.begin(), us.end());
-  auto at = [&](size_t per_mille) {
-    return us[std::min(us.size() - 1, us.size() * per_mille / 1000)];
-  };
-  StepTimes t{at(500), at(900), at(990), us.back()};
-  const auto slow = std::upper_bound(us.begin(), us.end(), kSlowStepUs);
-  t.over_slow = static_cast<double>(us.end() - slow) / us.size();
-  for (size_t s = 0; s < c.step_us.size() && s < c.step_ops_us.size(); ++s) {
-    if (c.step_us[s] < t.p99) continue;
-    ++t.slow_steps;
-    for (size_t op = 0; op < kOpEvictAhead; ++op) t.slow_ops_us[op] += c.step_ops_us[s][op];
-    if (s < c.step_evictions.size()) t.slow_evictions += c.step_evictions[s];
-  }
-  std::vector<double> evict, ahead, after;
-  for (const auto& ops : c.step_ops_us) {
-    evict.push_back(ops[kOpEvictAhead]);
-    after.push_back(ops[kOpCommitAfter] + ops[kOpFreeAfter] + ops[kOpAdjustAfter]);
-    double all = 0;
-    for (size_t op = kOpEvictAhead; op < kSimOps; ++op) all += ops[op];
-    ahead.push_back(all);
-    t.evict_total += ops[kOpEvictAhead];
-    t.admit_total += ops[kOpAdmitAhead];
-    t.touch_total += ops[kOpTouch];
-    t.after_total += after.back();
-  }
-  t.evict_p99 = percentile(evict, 990);
-  t.ahead_p99 = percentile(ahead, 990);
-  t.after_p99 = percentile(after, 990);
-  return t;
-}
-
-// step,total_us,<one column per call>,evicted_pages: every step's manager CPU time, and the
-// pages its own calls evicted.
-bool write_step_times(const std::string& path, const SimCounters& c) {
-  std::ofstream out(path);
-  out << "step,total_us";
-  for (const char* key : kSimOpKeys) out << ',' << key;
-  out << ",evicted_pages\n";
-  for (size_t s = 0; s < c.step_us.size() && s < c.step_ops_us.size(); ++s) {
-    out << s << ',' << c.step_us[s];
-    for (float us : c.step_ops_us[s]) out << ',' << us;
-    out << ',' << (s < c.step_evictions.size() ? c.step_evictions[s] : 0) << '\n';
-  }
-  return static_cast<bool>(out);
-}
-
-// "where the slowest 1 % of steps spend it: resize 61 %, add_request 30 %, ..." (largest first).
-std::string slow_step_profile(const StepTimes& t) {
-  double total = 0;
-  for (double us : t.slow_ops_us) total += us;
-  if (t.slow_steps == 0 || total <= 0) return "";
-  std::vector<size_t> order(kSimOps);
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return t.slow_ops_us[a] > t.slow_ops_us[b]; });
-  std::string out;
-  char buf[128];
-  for (size_t op : order) {
-    if (t.slow_ops_us[op] < 0.005 * total) break;
-    std::snprintf(buf, sizeof buf, "%s%s %.0f %%", out.empty() ? "" : ", ", kSimOpNames[op],
-                  100 * t.slow_ops_us[op] / total);
-    out += buf;
-  }
-  std::snprintf(buf, sizeof buf,
-                " (%llu steps, %.0f us each on average, evicting %.1f pages in the step)",
-                static_cast<unsigned long long>(t.slow_steps), total / t.slow_steps,
-                static_cast<double>(t.slow_evictions) / t.slow_steps);
-  return out + buf;
-}
 
 // The figures of a run, once, for the text and the JSON.
 struct Figures {
@@ -436,9 +339,9 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
   }
   if (o.after_launch) {
     std::printf(
-        "after the launch    %.1f s in all (the steps' commits, frees and rebalancing), p99 %.1f "
-        "us per "
-        "step; all work while the GPU computes p99 %.1f us per step (not in the step's time)\n",
+        "after the launch    %.1f s in all (the steps' commits, frees and rebalancing), p99 "
+        "%.1f us per step; all work while the GPU computes p99 %.1f us per step (not in the "
+        "step's time)\n",
         f.times.after_total / 1e6, f.times.after_p99, f.times.ahead_p99);
   }
   std::printf("prompt keys         hashed ahead, off the step: %.1f s in all\n",

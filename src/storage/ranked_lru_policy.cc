@@ -125,10 +125,6 @@ class RankedLruQueue final : public EvictionQueue {
   uint64_t size_ = 0;
 };
 
-QueueKind queue_of(const Page& p) {
-  return p.state() == PageState::kHeld ? QueueKind::kHeld : QueueKind::kDroppable;
-}
-
 class RankedLruPolicy final : public EvictionPolicy {
  public:
   RankedLruPolicy(std::string name, bool demotion, bool prices)
@@ -141,7 +137,8 @@ class RankedLruPolicy final : public EvictionPolicy {
     return std::make_unique<RankedLruQueue>(pages, kind, clock);
   }
   bool evicted_before(const Page& a, const Page& b, uint64_t now) const override {
-    const int64_t ra = queue_rank(a, queue_of(a)), rb = queue_rank(b, queue_of(b));
+    // Two queue fronts: each is ranked as its own queue ranks it.
+    const int64_t ra = queue_rank(a, a.queue), rb = queue_rank(b, b.queue);
     if (ra != rb) return ra < rb;
     return a.weighted_age(now) > b.weighted_age(now);
   }

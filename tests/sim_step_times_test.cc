@@ -72,19 +72,33 @@ TEST(SimStepTimes, OneRowPerStepWhoseCallsAddUpToItsTotal) {
   EXPECT_EQ(header[6], "commit");
   EXPECT_EQ(header[7], "resize");
   EXPECT_EQ(header[9], "can_resume");  // the check before every resume is the step's CPU too
+  EXPECT_EQ(header.back(), "descheduled");
   double max = 0;
+  std::vector<double> undisturbed;  // the steps the OS did not take the core in
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::vector<std::string> cells = split(lines[i], ',');
     ASSERT_EQ(cells.size(), header.size()) << "row " << i;
     EXPECT_EQ(std::stoull(cells[0]), i - 1);
     const double total = std::stod(cells[1]);
     double calls = 0;  // calls while the GPU computes are not in the step's total
-    for (size_t c = 2; c < cells.size(); ++c)
-      if (!while_the_gpu_computes(header[c]) && header[c] != "evicted_pages")
-        calls += std::stod(cells[c]);
+    for (size_t c = 2; c + 2 < cells.size(); ++c)
+      if (!while_the_gpu_computes(header[c])) calls += std::stod(cells[c]);
     EXPECT_NEAR(calls, total, 1e-3 * total + 0.01) << "row " << i;  // float columns
     max = std::max(max, total);
+    ASSERT_TRUE(cells.back() == "0" || cells.back() == "1") << "row " << i << ": " << cells.back();
+    if (cells.back() == "0") undisturbed.push_back(total);
   }
+  // The figures without the descheduled steps are those of the other rows.
+  ASSERT_FALSE(undisturbed.empty());
+  EXPECT_EQ(j["steps_descheduled"].get<uint64_t>(), lines.size() - 1 - undisturbed.size());
+  std::sort(undisturbed.begin(), undisturbed.end());
+  const auto at = [&](size_t per_mille) {
+    return undisturbed[std::min(undisturbed.size() - 1, undisturbed.size() * per_mille / 1000)];
+  };
+  const double median = j["manager_us_per_step_median_undisturbed"];
+  const double p99_kept = j["manager_us_per_step_p99_undisturbed"];
+  EXPECT_NEAR(median, at(500), 1e-5 * median + 1e-3);
+  EXPECT_NEAR(p99_kept, at(990), 1e-5 * p99_kept + 1e-3);
   EXPECT_NEAR(j["manager_us_per_step_max"].get<double>(), max, 1e-5 * max);  // 6 digits in the CSV
   const double p90 = j["manager_us_per_step_p90"], p99 = j["manager_us_per_step_p99"];
   EXPECT_LE(j["manager_us_per_step_median"].get<double>(), p90);
@@ -119,13 +133,16 @@ TEST(SimStepTimes, EvictingAheadKeepsEveryPageIntactAndIsTimedApart) {
   ASSERT_GE(header.size(), 3u);
   for (const char* column : {"evict_ahead", "admit_ahead", "touch_ahead"})
     EXPECT_NE(std::find(header.begin(), header.end(), column), header.end()) << column;
-  EXPECT_EQ(header.back(), "evicted_pages");
-  // The last column counts the pages the step's own calls evicted, not those evicted ahead:
-  // the same run without evicting ahead evicts more inside its steps.
+  ASSERT_EQ(header.at(header.size() - 2), "evicted_pages");
+  // The column before the last counts the pages the step's own calls evicted, not those evicted
+  // ahead: the same run without evicting ahead evicts more inside its steps.
   auto in_steps = [&](const std::string& path) {
     uint64_t pages = 0;
     const std::vector<std::string> rows = split(slurp(path), '\n');
-    for (size_t i = 1; i < rows.size(); ++i) pages += std::stoull(split(rows[i], ',').back());
+    for (size_t i = 1; i < rows.size(); ++i) {
+      const std::vector<std::string> cells = split(rows[i], ',');
+      pages += std::stoull(cells.at(cells.size() - 2));
+    }
     return pages;
   };
   const uint64_t ahead = in_steps(csv);

@@ -97,6 +97,7 @@ void Scheduler::record_step() {
   c_.step_us.push_back(manager_us_);
   c_.step_ops_us.push_back(ops_us_);
   c_.step_evictions.push_back(static_cast<uint32_t>(step_evictions_));
+  c_.step_descheduled.push_back(descheduled_);
   if (c_.steps % 64 == 0) c_.samples.push_back(std::move(sample));
   ++c_.steps;
   clock_ms_ += o_.step_ms;

@@ -113,6 +113,9 @@ struct SimCounters {
   // Pages the step's own calls evicted (moved down a tier, back to a kept copy, or dropped):
   // the room --evict-ahead did not make in time.
   std::vector<uint32_t> step_evictions;
+  // Steps in which the OS took the core from the sim (involuntary context switches): their
+  // wall time counts another process's work, so the figures are also given without them.
+  std::vector<bool> step_descheduled;
   double shared_fetch_us = 0;
   uint64_t pages_prefetched = 0;  // --admit-ahead: pages onboarded ahead of their resume
   double hash_ahead_us = 0;  // prompts' block keys, hashed off the step (hash_prompt)  // wall time

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "sim_scheduler.h"
+#include "sim_step_times.h"
 
 namespace hybridkv::tools {
 
@@ -351,6 +352,7 @@ bool Scheduler::tick() {
   manager_us_ = 0;
   ops_us_ = {};
   joins_ = 0;
+  const uint64_t switches = involuntary_switches();
   arrivals();
   if (eager_) {
     resume_suspended(nullptr);
@@ -365,6 +367,7 @@ bool Scheduler::tick() {
   step();
   if (!c_.error.empty()) return false;
   if (!o_.after_launch) rebalance();
+  descheduled_ = involuntary_switches() != switches;
   step_evictions_ = absorb(h_.manager().take_iteration_stats());  // the step's own
   after_launch();
   evict_ahead();

@@ -213,6 +213,10 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["manager_us_per_step_p99"] = f.times.p99;
   j["manager_us_per_step_max"] = f.times.max;
   j["steps_over_100us_share"] = f.times.over_slow;
+  j["steps_descheduled"] = f.times.descheduled;
+  j["manager_us_per_step_median_undisturbed"] = f.times.undisturbed_median;
+  j["manager_us_per_step_p99_undisturbed"] = f.times.undisturbed_p99;
+  j["steps_over_100us_share_undisturbed"] = f.times.undisturbed_over_slow;
   j["evict_ahead_us_per_step_p99"] = f.times.evict_p99;
   j["evict_ahead_seconds"] = f.times.evict_total / 1e6;
   j["admit_ahead_seconds"] = f.times.admit_total / 1e6;
@@ -319,6 +323,14 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
       "manager CPU / step  median %.1f us, p90 %.1f, p99 %.1f, max %.0f; %.1f %% of steps over "
       "%.0f us\n",
       f.times.median, f.times.p90, f.times.p99, f.times.max, 100 * f.times.over_slow, kSlowStepUs);
+  if (f.times.descheduled > 0) {
+    std::printf(
+        "                    %llu steps (%.2f %%) lost the core to another process; without them "
+        "median %.1f us, p99 %.1f, %.1f %% over %.0f us\n",
+        static_cast<ull>(f.times.descheduled), 100.0 * f.times.descheduled / c.step_us.size(),
+        f.times.undisturbed_median, f.times.undisturbed_p99, 100 * f.times.undisturbed_over_slow,
+        kSlowStepUs);
+  }
   if (o.evict_ahead > 0) {
     std::printf(
         "evict ahead         %.1f s in all, p99 %.1f us per step (while the GPU computes: not in "

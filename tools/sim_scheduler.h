@@ -133,6 +133,7 @@ class Scheduler {
   std::string last_refusal_;
   double manager_us_ = 0;
   uint64_t step_evictions_ = 0;  // by the step's own calls (before the work ahead)
+  bool descheduled_ = false;     // the OS took the core during the step
   std::array<float, kSimOps> ops_us_{};
   bool tty_ = false;
   Clock::time_point last_progress_ = Clock::now();

@@ -1,6 +1,8 @@
 // The manager CPU time of `hybridkv sim`'s steps (sim_step_times.h).
 #include "sim_step_times.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -9,24 +11,44 @@
 namespace hybridkv::tools {
 namespace {
 
+double at(const std::vector<double>& sorted, size_t per_mille) {
+  return sorted.empty() ? 0 : sorted[std::min(sorted.size() - 1, sorted.size() * per_mille / 1000)];
+}
+
 double percentile(std::vector<double> v, size_t per_mille) {
-  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, v.size() * per_mille / 1000)];
+  return at(v, per_mille);
+}
+
+double share_over_slow(const std::vector<double>& sorted) {
+  if (sorted.empty()) return 0;
+  const auto slow = std::upper_bound(sorted.begin(), sorted.end(), kSlowStepUs);
+  return static_cast<double>(sorted.end() - slow) / sorted.size();
 }
 
 }  // namespace
 
+uint64_t involuntary_switches() {
+  rusage u{};
+  if (getrusage(RUSAGE_THREAD, &u) != 0) return 0;
+  return static_cast<uint64_t>(u.ru_nivcsw);
+}
+
 StepTimes step_times(const SimCounters& c) {
   if (c.step_us.empty()) return {};
-  std::vector<double> us = c.step_us;
+  std::vector<double> us = c.step_us, undisturbed;
+  for (size_t s = 0; s < c.step_us.size(); ++s) {
+    if (s < c.step_descheduled.size() && c.step_descheduled[s]) continue;
+    undisturbed.push_back(c.step_us[s]);
+  }
   std::sort(us.begin(), us.end());
-  auto at = [&](size_t per_mille) {
-    return us[std::min(us.size() - 1, us.size() * per_mille / 1000)];
-  };
-  StepTimes t{at(500), at(900), at(990), us.back()};
-  const auto slow = std::upper_bound(us.begin(), us.end(), kSlowStepUs);
-  t.over_slow = static_cast<double>(us.end() - slow) / us.size();
+  std::sort(undisturbed.begin(), undisturbed.end());
+  StepTimes t{at(us, 500), at(us, 900), at(us, 990), us.back()};
+  t.over_slow = share_over_slow(us);
+  t.descheduled = us.size() - undisturbed.size();
+  t.undisturbed_median = at(undisturbed, 500);
+  t.undisturbed_p99 = at(undisturbed, 990);
+  t.undisturbed_over_slow = share_over_slow(undisturbed);
   for (size_t s = 0; s < c.step_us.size() && s < c.step_ops_us.size(); ++s) {
     if (c.step_us[s] < t.p99) continue;
     ++t.slow_steps;
@@ -51,17 +73,17 @@ StepTimes step_times(const SimCounters& c) {
   return t;
 }
 
-// step,total_us,<one column per call>,evicted_pages: every step's manager CPU time, and the
-// pages its own calls evicted.
+// step,total_us,<one column per call>,evicted_pages,descheduled (sim_step_times.h).
 bool write_step_times(const std::string& path, const SimCounters& c) {
   std::ofstream out(path);
   out << "step,total_us";
   for (const char* key : kSimOpKeys) out << ',' << key;
-  out << ",evicted_pages\n";
+  out << ",evicted_pages,descheduled\n";
   for (size_t s = 0; s < c.step_us.size() && s < c.step_ops_us.size(); ++s) {
     out << s << ',' << c.step_us[s];
     for (float us : c.step_ops_us[s]) out << ',' << us;
-    out << ',' << (s < c.step_evictions.size() ? c.step_evictions[s] : 0) << '\n';
+    out << ',' << (s < c.step_evictions.size() ? c.step_evictions[s] : 0);
+    out << ',' << (s < c.step_descheduled.size() && c.step_descheduled[s] ? 1 : 0) << '\n';
   }
   return static_cast<bool>(out);
 }

@@ -26,11 +26,18 @@ struct StepTimes {
   uint64_t slow_steps = 0;
   std::array<double, kSimOps> slow_ops_us{};
   uint64_t slow_evictions = 0;  // pages the slow steps' own calls evicted
+  // The steps the OS took the core in (another process ran: their time is not the manager's),
+  // and the figures of the others.
+  uint64_t descheduled = 0;
+  double undisturbed_median = 0, undisturbed_p99 = 0, undisturbed_over_slow = 0;
 };
 
+// The calling thread's involuntary context switches so far (getrusage, RUSAGE_THREAD).
+uint64_t involuntary_switches();
+
 StepTimes step_times(const SimCounters& c);
-// step,total_us,<one column per call>,evicted_pages: every step's manager CPU time, and the
-// pages its own calls evicted.
+// step,total_us,<one column per call>,evicted_pages,descheduled: every step's manager CPU time,
+// the pages its own calls evicted, and whether the OS took the core during it (1).
 bool write_step_times(const std::string& path, const SimCounters& c);
 // "resize 61 %, add_request 30 %, ... (N steps, ...)" (largest first), or "".
 std::string slow_step_profile(const StepTimes& t);

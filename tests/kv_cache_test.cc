@@ -314,6 +314,35 @@ TEST_F(Lifecycle, SlidingWindowReleasesStaleBlocks) {
   expect_clean(*m);
 }
 
+// A decode step inside the blocks a cache has (no window group) changes no page: only capacity
+// and history move; the step that crosses into a new block allocates it.
+TEST_F(Lifecycle, AResizeInsideItsBlocksChangesOnlyCapacityAndHistory) {
+  LifecycleModel model;
+  model.window = 0;
+  auto m = make_manager(model);
+  testing::FakeEngine engine(*m);
+  Request a = make_request(*m, random_tokens(rng_, 100), 40);
+  ASSERT_OK(a.cache->resume({}));
+  ASSERT_OK(advance(engine, a, 40));
+  for (uint64_t t = 41; t <= 48; ++t) {  // tokens 40..47 fill block 2 (16 tokens a block)
+    std::string before = testing::debug_snapshot(*m);
+    const std::string was = "cap " + std::to_string(a.cache->capacity()) + " hist " +
+                            std::to_string(a.cache->history());
+    const size_t at = before.find(was);
+    ASSERT_NE(at, std::string::npos) << before;
+    before.replace(at, was.size(), "cap " + std::to_string(t) + " hist " + std::to_string(t - 1));
+    ASSERT_OK(a.cache->resize(t, t - 1));
+    EXPECT_EQ(testing::debug_snapshot(*m), before) << "token " << t;
+    ASSERT_OK(engine.step(*a.cache, a.fake, t));
+  }
+  const size_t blocks = table_of(*a.cache, kFull).size();
+  ASSERT_OK(advance(engine, a, 49));  // token 48 starts block 3
+  EXPECT_EQ(table_of(*a.cache, kFull).size(), blocks + 1);
+  EXPECT_NE(table_of(*a.cache, kFull).back(), kBadPageIndex);
+  ASSERT_OK(engine.verify(*a.cache, a.fake));
+  expect_clean(*m);
+}
+
 TEST_F(Lifecycle, BeamsGetTheirOwnPagesPastThePrompt) {
   auto m = make_manager(LifecycleModel{});
   testing::FakeEngine engine(*m);

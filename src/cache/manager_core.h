@@ -235,7 +235,11 @@ class ManagerCore {
     uint64_t have = 0;                // attention blocks the cache held
     std::vector<BlockRange> scratch;  // per cache group
     std::vector<uint64_t> need;       // fresh GPU pages per pool group
+    bool in_place = false;            // no page changes: only capacity and history (decode)
   };
+  // Whether a resize to `capacity` changes no page of `rec`: the same attention blocks, every
+  // state page present, and no window group (whose stale blocks and scratch move with history).
+  bool changes_no_page(const CacheRecord& rec, uint64_t capacity) const;
   Status plan_resize(uint32_t id, uint64_t capacity, uint64_t history, ResizePlan& out) const;
   // Requires: room for p.need checked.
   void apply_resize(const ResizePlan& p);

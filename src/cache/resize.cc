@@ -83,14 +83,37 @@ Status ManagerCore::plan_resize(uint32_t id, uint64_t capacity, uint64_t history
   out.capacity = capacity;
   out.history = history;
   out.have = rec.attention_blocks;
+  out.in_place = changes_no_page(rec, capacity);
+  if (out.in_place) {  // most decode steps: nothing below can find a page to change
+    out.scratch.clear();
+    out.need.assign(plan_.pool_groups().size(), 0);
+    return Status::ok();
+  }
   scratch_plan(rec, capacity, history, out.have, out.scratch);
   new_pages_needed(rec, capacity, history, out.have, out.scratch, out.need);
   add_scratch_needs(rec, out.scratch, out.need);
   return Status::ok();
 }
 
+bool ManagerCore::changes_no_page(const CacheRecord& rec, uint64_t capacity) const {
+  if (blocks_for(capacity, plan_.config().tokens_per_block) != rec.attention_blocks) return false;
+  for (const CacheGroup& g : plan_.cache_groups()) {
+    if (g.window) return false;
+    const std::vector<PageId>& pages = rec.groups[g.id.value].pages;
+    if (g.kind == GroupKind::kSsm && std::find(pages.begin(), pages.end(), kNoPage) != pages.end())
+      return false;
+  }
+  return true;
+}
+
 void ManagerCore::apply_resize(const ResizePlan& p) {
   CacheRecord& rec = caches_[p.id];
+  if (p.in_place) {
+    rec.note_ready(storage_.flush());
+    rec.capacity = p.capacity;
+    rec.history = p.history;
+    return;
+  }
   make_room(p.need);
   allocate_pages(rec, p.capacity, p.history, p.have, p.scratch);
   set_scratch(rec, p.scratch);

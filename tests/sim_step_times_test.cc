@@ -183,6 +183,31 @@ TEST(SimStepTimes, AdmittingAheadKeepsEveryPageIntactAndIsTimedApart) {
   std::remove(json.c_str());
 }
 
+// Several next admissions created ahead (--create-ahead), on the host backend: every page
+// checked by the fake engine; more than one waits created at once; the option needs
+// --admit-ahead.
+TEST(SimStepTimes, CreatingSeveralAdmissionsAheadKeepsEveryPageIntact) {
+  const std::string json = scratch("create.json");
+  const std::string common = "sim --model " + kModel + " --trace " + kSlice + " --limit " +
+                             std::string(kVerifyLimit) +
+                             " --backend host --tp 8 --gpu-quota 512MiB --host-quota 1GiB "
+                             "--max-batch 16 --verify --quiet --json " +
+                             json;
+  const CliRun r = run_cli(common + " --evict-ahead 4096 --admit-ahead 64 --create-ahead 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j["verify_mismatches"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["verify_pages_checked"].get<uint64_t>(), 1000u);
+  EXPECT_GT(j["requests_created_ahead"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["most_created_ahead"].get<uint64_t>(), 1u);
+  EXPECT_LE(j["most_created_ahead"].get<uint64_t>(), 8u);
+  const CliRun alone = run_cli(common + " --create-ahead 4");
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.err.find("--create-ahead: 4 needs --admit-ahead"), std::string::npos)
+      << alone.err;
+  std::remove(json.c_str());
+}
+
 // The prefixes of the next waiting requests moved to the back of the eviction order ahead of
 // each step (KvCacheManager::touch_reuse), on the host backend: every page checked by the fake
 // engine, the time reported apart from the steps, and 0 turns it off.

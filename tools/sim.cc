@@ -120,6 +120,10 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
     return Status::invalid("--arrival: '" + o.arrival + "' is not asap or timestamps");
   if (o.admission != "eager" && o.admission != "budget")
     return Status::invalid("--admission: '" + o.admission + "' is not eager or budget");
+  if (o.create_ahead == 0) return Status::invalid("--create-ahead: 0 must be > 0");
+  if (o.create_ahead > 1 && o.admit_ahead == 0)
+    return Status::invalid("--create-ahead: " + std::to_string(o.create_ahead) +
+                           " needs --admit-ahead > 0 (the requests are created with it)");
   if (o.onboard_in_step > 0 && o.admit_ahead == 0)
     return Status::invalid("--onboard-in-step: " + std::to_string(o.onboard_in_step) +
                            " needs --admit-ahead > 0 to bring the other pages up between steps");
@@ -298,6 +302,9 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_option("--onboard-in-step", o.onboard_in_step,
                   "pages a resumption or admission may bring up from a colder tier inside its "
                   "step (0: no limit); one with more waits while --admit-ahead brings them up");
+  sim->add_option("--create-ahead", o.create_ahead,
+                  "with --admit-ahead: the next admissions whose requests are created (prompt "
+                  "matched) while the GPU computes, each while the one before could resume");
   sim->add_option("--touch-queued", o.touch_queued,
                   "waiting requests nearest the head of the queue whose reusable prefixes move to "
                   "the back of the eviction order while the GPU computes, each once (0: off; "

@@ -41,6 +41,9 @@ struct SimOptions {
   // between steps, as an engine that loads KV asynchronously holds a request until its KV is
   // in: the step's work no longer grows with a prefix found on the host.
   uint64_t onboard_in_step = 0;
+  // With --admit-ahead: how many of the next admissions' requests are created (their prompts
+  // matched) while the GPU computes, each only while the one before it could resume.
+  uint64_t create_ahead = 1;
   // Waiting requests nearest the head of the queue whose prefixes are touched while the GPU
   // computes (KvCacheManager::touch_reuse), each once as it comes that near (0: off). The
   // default is twice the default batch.

@@ -1,6 +1,7 @@
 // Between two steps of the sim's scheduler (sim_scheduler.h): the rebalancing the scheduler
 // allows, the work done while the GPU computes (eviction and onboarding ahead, off the step's
 // critical path), and the step's record and progress line.
+#include <algorithm>
 #include <cstdio>
 
 #include "sim_scheduler.h"
@@ -35,9 +36,19 @@ void Scheduler::admit_ahead() {
   for (size_t i = 0; i < suspended_.size() && room > 0 && budget > 0; ++i, --room)
     prefetch_ahead(suspended_[i].index, budget);
   if (!suspended_.empty() || room == 0 || budget == 0) return;
-  // The next admission's request, created now.
-  if (!admitting_ && !waiting_.empty() && !create_next(kOpAdmitAhead)) return;
-  if (admitting_) prefetch_ahead(admitting_->index, budget);
+  // The next admissions' requests, created now, each while the one before could resume (and
+  // while the manager's bound on living caches leaves room for one more).
+  const std::optional<uint32_t> most = h_.plan().config().max_live_kv_caches;
+  uint64_t live = h_.manager().storage_stats().live_caches;
+  for (size_t i = 0; i < std::min<uint64_t>(room, o_.create_ahead) && budget > 0; ++i) {
+    if (i == admitting_.size()) {
+      if (waiting_.empty() || (most && live >= *most) || !create_next(kOpAdmitAhead)) return;
+      ++live;
+      ++c_.created_ahead;
+      c_.most_created_ahead = std::max<uint64_t>(c_.most_created_ahead, admitting_.size());
+    }
+    prefetch_ahead(admitting_[i].index, budget);
+  }
 }
 
 // While the GPU computes the step: the prefixes of the next --touch-queued waiting requests

@@ -134,21 +134,22 @@ std::shared_ptr<const PromptKeys> Scheduler::hash_ahead(std::span<const int32_t>
   return keys;
 }
 
-// The first waiting request, created into admitting_ (timed as `op`).
+// The first waiting request, created at the back of admitting_ (timed as `op`).
 bool Scheduler::create_next(SimOp op) {
   Running r;
   if (!create(r, waiting_.front(), op)) return false;
   waiting_.pop_front();
-  admitting_ = std::move(r);
+  admitting_.push_back(std::move(r));
   return true;
 }
 
 // New requests only while no preempted request waits, and only what can resume now.
 void Scheduler::admit(uint64_t* budget) {
   while (suspended_.empty() && running_.size() < o_.max_batch &&
-         (admitting_ || !waiting_.empty()) && (!budget || *budget > 0) && c_.error.empty()) {
-    if (!admitting_ && !create_next(kOpAdd)) return;
-    Running& r = *admitting_;
+         (!admitting_.empty() || !waiting_.empty()) && (!budget || *budget > 0) &&
+         c_.error.empty()) {
+    if (admitting_.empty() && !create_next(kOpAdd)) return;
+    Running& r = admitting_.front();
     if (!may_resume(r.index)) {
       ++c_.failed_admissions;
       return;
@@ -156,7 +157,7 @@ void Scheduler::admit(uint64_t* budget) {
     check(timed(kOpResume, [&] { return h_.resume(r.index); }), "resume at admission");
     if (engine_) check(engine_->verify(*h_.cache(r.index), r.fake), "verify after admission");
     Running joined = std::move(r);
-    admitting_.reset();
+    admitting_.pop_front();
     join(std::move(joined), budget);
   }
 }
@@ -196,9 +197,10 @@ bool Scheduler::preempt_for(const Running& for_request) {
     return true;
   }
   // Then requests whose pages wait on the GPU: a newer one being admitted, suspended ones.
-  if (admitting_ && admitting_->order > for_request.order) {
-    recompute(std::move(*admitting_));
-    admitting_.reset();
+  if (!admitting_.empty() && admitting_.back().order > for_request.order) {
+    Running victim = std::move(admitting_.back());
+    admitting_.pop_back();
+    recompute(std::move(victim));
     return true;
   }
   if (!suspended_.empty() && suspended_.back().order > for_request.order) {
@@ -359,7 +361,7 @@ bool Scheduler::tick() {
     admit(nullptr);
   }
   if (!c_.error.empty()) return false;
-  if (running_.empty() && suspended_.empty() && !admitting_ && waiting_.empty() &&
+  if (running_.empty() && suspended_.empty() && admitting_.empty() && waiting_.empty() &&
       finishing_.empty() && finished_before_.empty()) {
     if (next_arrival_ < reqs_.size()) clock_ms_ = reqs_[next_arrival_].timestamp_ms;
     return true;  // idle until the next arrival (or done: every request was skipped)

@@ -74,6 +74,7 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"upkeep", o.upkeep},
           {"admit_ahead", o.admit_ahead},
           {"onboard_in_step", o.onboard_in_step},
+          {"create_ahead", o.create_ahead},
           {"touch_queued", o.touch_queued},
           {"after_launch", o.after_launch},
           {"step_ms", o.step_ms},
@@ -225,6 +226,8 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["after_launch_us_per_step_p99"] = f.times.after_p99;
   j["ahead_us_per_step_p99"] = f.times.ahead_p99;
   j["pages_prefetched"] = c.pages_prefetched;
+  j["requests_created_ahead"] = c.created_ahead;
+  j["most_created_ahead"] = c.most_created_ahead;
   nlohmann::json slow;
   for (size_t op = 0; op < kSimOps; ++op) slow[kSimOpNames[op]] = f.times.slow_ops_us[op];
   j["slowest_steps_us_by_call"] = slow;
@@ -339,9 +342,12 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
   }
   if (o.admit_ahead > 0) {
     std::printf(
-        "admit ahead         %.1f s in all (%llu pages onboarded ahead of their resume); all work "
-        "ahead p99 %.1f us per step (not in the step's time)\n",
-        f.times.admit_total / 1e6, static_cast<ull>(c.pages_prefetched), f.times.ahead_p99);
+        "admit ahead         %.1f s in all (%llu pages onboarded ahead of their resume; %llu "
+        "requests created ahead, at most %llu at once); all work ahead p99 %.1f us per step (not "
+        "in the step's time)\n",
+        f.times.admit_total / 1e6, static_cast<ull>(c.pages_prefetched),
+        static_cast<ull>(c.created_ahead), static_cast<ull>(c.most_created_ahead),
+        f.times.ahead_p99);
   }
   if (o.touch_queued > 0) {
     std::printf(

@@ -115,10 +115,10 @@ class Scheduler {
   uint64_t longest_ = 0;  // the longest request the GPU tier holds
   bool preempt_by_swap_ = false;
   SimCounters c_;
-  std::deque<Waiting> waiting_;       // by order, never-admitted requests last in arrival order
-  std::optional<Running> admitting_;  // created, waiting for room to resume
-  std::vector<Running> running_;      // oldest first
-  std::vector<Running> suspended_;    // oldest first
+  std::deque<Waiting> waiting_;     // by order, never-admitted requests last in arrival order
+  std::deque<Running> admitting_;   // created, waiting for room to resume (oldest first)
+  std::vector<Running> running_;    // oldest first
+  std::vector<Running> suspended_;  // oldest first
   // --after-launch: requests whose chunk the step computes (committed after its launch), and
   // requests that computed their last token in it (freed after the next step's launch).
   std::vector<uint64_t> to_commit_;

@@ -3,6 +3,7 @@
 // critical path), and the step's record and progress line.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "sim_scheduler.h"
 
@@ -39,11 +40,13 @@ void Scheduler::admit_ahead() {
   // The next admissions' requests, created now, each while the one before could resume (and
   // while the manager's bound on living caches leaves room for one more).
   const std::optional<uint32_t> most = h_.plan().config().max_live_kv_caches;
-  uint64_t live = h_.manager().storage_stats().live_caches;
+  std::optional<uint64_t> live;  // read once, only if a request is to be created
   for (size_t i = 0; i < std::min<uint64_t>(room, o_.create_ahead) && budget > 0; ++i) {
     if (i == admitting_.size()) {
-      if (waiting_.empty() || (most && live >= *most) || !create_next(kOpAdmitAhead)) return;
-      ++live;
+      if (waiting_.empty()) return;
+      if (!live) live = h_.manager().storage_stats().live_caches;
+      if ((most && *live >= *most) || !create_next(kOpAdmitAhead)) return;
+      ++*live;
       ++c_.created_ahead;
       c_.most_created_ahead = std::max<uint64_t>(c_.most_created_ahead, admitting_.size());
     }

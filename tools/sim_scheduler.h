@@ -8,7 +8,6 @@
 #include <array>
 #include <chrono>
 #include <deque>
-#include <optional>
 #include <string>
 #include <vector>
 

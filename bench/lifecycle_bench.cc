@@ -121,6 +121,68 @@ BENCHMARK(BM_AdmitLongPrompt)
     ->Args({512, 1, 1})
     ->Unit(benchmark::kMicrosecond);
 
+// One prefill chunk of 8,192 tokens of a new 85,401-token prompt on Nemotron-H (none backend,
+// 16 GiB, free slots for every page), as the sim's step does it: resize to the chunk's end,
+// reserve the states the kernel writes inside it, and the history's advance after the step.
+// range(0): tokens per page; range(1): 1 for the sim's snapshot policy (periodic:512 written
+// inside the chunk), 0 for snapshots at the prompt's end only. Per chunk.
+void BM_PrefillChunk(benchmark::State& state) {
+  constexpr uint64_t kTokens = 85401;
+  constexpr uint64_t kChunk = 8192;
+  Result<ModelDescription> model =
+      read_model_config(std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json", ModelOptions{});
+  ServingConfig serving;
+  serving.tokens_per_block = static_cast<uint32_t>(state.range(0));
+  if (state.range(1) == 1) {
+    serving.snapshots.periodic_interval = 512;
+    serving.snapshots.chunk_states = true;
+  }
+  BackendOptions none;
+  none.kind = BackendKind::kNone;
+  auto h = std::move(HybridCacheManager::create(*model, serving, none)).value();
+  std::mt19937 rng(11);
+  std::vector<int32_t> prompt(kTokens);
+  uint64_t id = 0, chunks = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 100000);  // nothing to reuse
+    if (!h->add_request(++id, prompt).is_ok() || !h->resume(id).is_ok()) {
+      state.SkipWithError("admission failed");
+      return;
+    }
+    state.ResumeTiming();
+    for (uint64_t history = 0; history < kTokens;) {
+      const uint64_t upto = std::min(history + kChunk, kTokens);
+      bool ok = h->resize(id, upto, history).is_ok();
+      if (ok && serving.snapshots.chunk_states) ok = h->reserve_chunk_states(id, upto).is_ok();
+      if (!ok || !h->resize(id, upto, upto).is_ok()) {
+        state.SkipWithError("prefill failed");
+        return;
+      }
+      state.PauseTiming();
+      if (!h->commit_at_snapshot(id).is_ok()) {
+        state.SkipWithError("commit failed");
+        return;
+      }
+      state.ResumeTiming();
+      history = upto;
+      ++chunks;
+    }
+    state.PauseTiming();
+    (void)h->free_request(id);
+    h->manager().clear_reusable_blocks();  // every chunk finds free slots
+    state.ResumeTiming();
+  }
+  state.counters["s_per_chunk"] = benchmark::Counter(
+      static_cast<double>(chunks), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_PrefillChunk)
+    ->Args({32, 1})
+    ->Args({32, 0})
+    ->Args({512, 1})
+    ->Args({512, 0})
+    ->Unit(benchmark::kMicrosecond);
+
 // A 32k-token Nemotron-H request is pushed to the host tier by a request that takes every GPU
 // attention slot, then resumed: bytes moved per second, both ways (host backend).
 void BM_SuspendResume32k(benchmark::State& state) {

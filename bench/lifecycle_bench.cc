@@ -26,6 +26,15 @@ CacheGroupId first_attention_group(const StoragePlan& plan) {
 
 ManagerConfig nemotron_config(uint32_t tpb) { return model_config("nemotron_h_8b.json", tpb); }
 
+// Nemotron-H under the hybrid manager, metadata only (none backend), as the sim runs it.
+std::unique_ptr<HybridCacheManager> nemotron_hybrid(const ServingConfig& serving) {
+  Result<ModelDescription> model =
+      read_model_config(std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json", ModelOptions{});
+  BackendOptions none;
+  none.kind = BackendKind::kNone;
+  return std::move(HybridCacheManager::create(*model, serving, none)).value();
+}
+
 // 256 decoding requests, each grown by one token per step: resize + block-table read.
 void BM_DecodeStep256(benchmark::State& state) {
   constexpr int kRequests = 256;
@@ -72,13 +81,9 @@ BENCHMARK(BM_DecodeStep256)->Iterations(2000)->Unit(benchmark::kMicrosecond);
 // copies it from a span.
 void BM_AdmitLongPrompt(benchmark::State& state) {
   constexpr uint64_t kTokens = 85401;
-  Result<ModelDescription> model =
-      read_model_config(std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json", ModelOptions{});
   ServingConfig serving;
   serving.tokens_per_block = static_cast<uint32_t>(state.range(0));
-  BackendOptions none;
-  none.kind = BackendKind::kNone;
-  auto h = std::move(HybridCacheManager::create(*model, serving, none)).value();
+  auto h = nemotron_hybrid(serving);
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(kTokens);
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 100000);
@@ -129,17 +134,13 @@ BENCHMARK(BM_AdmitLongPrompt)
 void BM_PrefillChunk(benchmark::State& state) {
   constexpr uint64_t kTokens = 85401;
   constexpr uint64_t kChunk = 8192;
-  Result<ModelDescription> model =
-      read_model_config(std::string(HKV_MODELS_DIR) + "/nemotron_h_8b.json", ModelOptions{});
   ServingConfig serving;
   serving.tokens_per_block = static_cast<uint32_t>(state.range(0));
   if (state.range(1) == 1) {
     serving.snapshots.periodic_interval = 512;
     serving.snapshots.chunk_states = true;
   }
-  BackendOptions none;
-  none.kind = BackendKind::kNone;
-  auto h = std::move(HybridCacheManager::create(*model, serving, none)).value();
+  auto h = nemotron_hybrid(serving);
   std::mt19937 rng(11);
   std::vector<int32_t> prompt(kTokens);
   uint64_t id = 0, chunks = 0;

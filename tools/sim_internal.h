@@ -116,13 +116,12 @@ struct SimCounters {
   // Steps in which the OS took the core from the sim (involuntary context switches): their
   // wall time counts another process's work, so the figures are also given without them.
   std::vector<bool> step_descheduled;
-  double shared_fetch_us = 0;
+  double shared_fetch_us = 0;       // wall time of the shared-tier fetches (store round trips)
   uint64_t pages_prefetched = 0;    // --admit-ahead: pages onboarded ahead of their resume
   uint64_t created_ahead = 0;       // requests created (prompt matched) while the GPU computes
   uint64_t most_created_ahead = 0;  // the most waiting created at once
-  double hash_ahead_us = 0;  // prompts' block keys, hashed off the step (hash_prompt)  // wall time
-                             // of the shared-tier fetches (store round trips)
-  std::vector<uint64_t> peak;  // peak GPU slots per pool group
+  double hash_ahead_us = 0;         // prompts' block keys, hashed off the step (hash_prompt)
+  std::vector<uint64_t> peak;       // peak GPU slots per pool group
   std::vector<Sample> samples;
   std::string error;  // set when the run stopped early
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,16 +43,22 @@ bool while_the_gpu_computes(const std::string& column) {
          column.find("_after_launch") != std::string::npos;
 }
 
-// The sum of a --step-times column over every step.
-double column_sum(const std::vector<std::string>& lines, const std::string& column) {
+// A --step-times column, step by step.
+std::vector<double> column(const std::vector<std::string>& lines, const std::string& name) {
   const std::vector<std::string> header = split(lines.at(0), ',');
-  const auto at = std::find(header.begin(), header.end(), column);
-  EXPECT_NE(at, header.end()) << column;
-  if (at == header.end()) return 0;
-  double sum = 0;
+  const auto at = std::find(header.begin(), header.end(), name);
+  EXPECT_NE(at, header.end()) << name;
+  std::vector<double> out;
+  if (at == header.end()) return out;
   for (size_t i = 1; i < lines.size(); ++i)
-    sum += std::stod(split(lines[i], ',').at(static_cast<size_t>(at - header.begin())));
-  return sum;
+    out.push_back(std::stod(split(lines[i], ',').at(static_cast<size_t>(at - header.begin()))));
+  return out;
+}
+
+// The sum of a --step-times column over every step.
+double column_sum(const std::vector<std::string>& lines, const std::string& name) {
+  const std::vector<double> us = column(lines, name);
+  return std::accumulate(us.begin(), us.end(), 0.0);
 }
 
 TEST(SimStepTimes, OneRowPerStepWhoseCallsAddUpToItsTotal) {
@@ -269,6 +276,64 @@ TEST(SimStepTimes, AfterTheLaunchKeepsEveryPageIntactAndIsTimedApart) {
     EXPECT_GT(column_sum(lines, "commit_after_launch"), 0.0);
     EXPECT_GT(column_sum(lines, "free_after_launch"), 0.0);
   }
+  std::remove(csv.c_str());
+  std::remove(json.c_str());
+}
+
+// --schedule-ahead: the next step's resumptions and admissions are made while the GPU computes
+// the step before, on the host backend with every page checked by the fake engine, at 256 MiB
+// of GPU where requests wait for room and are preempted. They are the decisions the step's start
+// would have made: every count of the run is the same as without it. With every request there
+// from the start (--arrival asap) no step after the first resumes or admits inside itself; the
+// same run without it does. It needs eager admission.
+TEST(SimStepTimes, SchedulingAheadMakesTheSameRunTimedApart) {
+  const std::string csv = scratch("sched.csv"), json = scratch("sched.json");
+  const std::string common = "sim --model " + kModel + " --trace " + kSlice + " --limit " +
+                             std::string(kVerifyLimit) +
+                             " --backend host --tp 8 --gpu-quota 256MiB --host-quota 1GiB "
+                             "--max-batch 16 --verify --quiet --evict-ahead 4096 --after-launch "
+                             "--admit-ahead 64 --json " +
+                             json + " --step-times " + csv;
+  struct Run {
+    nlohmann::json report;
+    std::vector<std::string> steps;
+  };
+  const auto run = [&](const std::string& extra) {
+    const CliRun r = run_cli(common + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+    return Run{nlohmann::json::parse(slurp(json)), split(slurp(csv), '\n')};
+  };
+  const Run ahead = run(" --schedule-ahead");
+  const Run plain = run("");
+  EXPECT_TRUE(ahead.report["settings"]["schedule_ahead"].get<bool>());
+  EXPECT_EQ(ahead.report["verify_mismatches"].get<uint64_t>(), 0u);
+  EXPECT_GT(ahead.report["verify_pages_checked"].get<uint64_t>(), 1000u);
+  EXPECT_GT(ahead.report["failed_admissions"].get<uint64_t>(), 0u);  // the next start's waits
+  EXPECT_GT(ahead.report["suspends"].get<uint64_t>() + ahead.report["recomputes"].get<uint64_t>(),
+            0u);
+  for (const char* count :
+       {"steps", "reused_tokens", "suspends", "resumes", "recomputes", "failed_admissions",
+        "most_joins_in_a_step", "idle_joins", "bytes_offloaded", "bytes_onboarded", "pages_dropped",
+        "pages_prefetched", "requests_created_ahead", "ssm_snapshot_hits", "verify_pages_checked"})
+    EXPECT_EQ(ahead.report[count], plain.report[count]) << count;
+  EXPECT_GT(ahead.report["schedule_ahead_seconds"].get<double>(), 0.0);
+  EXPECT_EQ(plain.report["schedule_ahead_seconds"].get<double>(), 0.0);
+  const auto admits_inside_a_later_step = [](const std::vector<std::string>& steps) {
+    bool any = false;
+    for (const char* call : {"add_request", "resume", "can_resume"}) {
+      const std::vector<double> us = column(steps, call);
+      any = any || std::any_of(us.begin() + std::min<size_t>(1, us.size()), us.end(),
+                               [](double v) { return v > 0; });
+    }
+    return any;
+  };
+  EXPECT_FALSE(admits_inside_a_later_step(ahead.steps));
+  EXPECT_TRUE(admits_inside_a_later_step(plain.steps));
+  EXPECT_GT(column_sum(ahead.steps, "schedule_ahead"), 0.0);
+  const CliRun budget = run_cli(common + " --schedule-ahead --admission budget");
+  EXPECT_NE(budget.exit_code, 0);
+  EXPECT_NE(budget.err.find("--schedule-ahead: needs --admission eager"), std::string::npos)
+      << budget.err;
   std::remove(csv.c_str());
   std::remove(json.c_str());
 }

@@ -124,6 +124,9 @@ Result<ServingConfig> serving_from(const SimOptions& o) {
   if (o.create_ahead > 1 && o.admit_ahead == 0)
     return Status::invalid("--create-ahead: " + std::to_string(o.create_ahead) +
                            " needs --admit-ahead > 0 (the requests are created with it)");
+  if (o.schedule_ahead && o.admission != "eager")
+    return Status::invalid("--schedule-ahead: needs --admission eager (with '" + o.admission +
+                           "' new requests join inside the step, after its running requests)");
   if (o.onboard_in_step > 0 && o.admit_ahead == 0)
     return Status::invalid("--onboard-in-step: " + std::to_string(o.onboard_in_step) +
                            " needs --admit-ahead > 0 to bring the other pages up between steps");
@@ -312,6 +315,10 @@ void add_sim_command(CLI::App& app, SimOptions& o) {
   sim->add_flag("--after-launch", o.after_launch,
                 "commit the step's prefill chunks and free the requests it finished after its "
                 "launch, while the GPU computes (timed apart from the step)");
+  sim->add_flag("--schedule-ahead", o.schedule_ahead,
+                "eager admission: make the next step's resumptions and admissions while the GPU "
+                "computes this one, as an engine that schedules a step ahead (the same run; "
+                "timed apart from the step)");
   sim->add_option(
       "--snapshot-policy", o.snapshot_policy,
       "comma list: periodic:N, aligned-end:N, start:N, from-end:N, end, no-end, answer, "

@@ -54,6 +54,13 @@ struct SimOptions {
   // computes are matchable from the next step on, and a finished request's pages come back
   // after the step that computed its last token.
   bool after_launch = false;
+  // Eager admission only: the next step's resumptions and admissions are made at the end of
+  // this one, while the GPU computes it, as an engine that schedules a step ahead does (vLLM's
+  // async scheduling, SGLang's overlap scheduler). They are the decisions the next step's start
+  // would have made (nothing between the two changes the cache), so the run is the same; only
+  // requests that arrive in between are admitted inside the step. That time is off the step's
+  // critical path.
+  bool schedule_ahead = false;
   std::string snapshot_policy = "periodic:512,aligned-end:512,branch,end,chunk";
   uint32_t spec_tokens = 0;
   std::string backend = "none";

@@ -71,6 +71,21 @@ void Scheduler::touch_queued() {
   }
 }
 
+// --schedule-ahead, while the GPU computes the step: the next step's resumptions and admissions,
+// last of the work ahead, so that they are the ones its start would make. Where they stop with
+// requests left (the batch is full, or the first in line cannot resume), the start could take
+// none of those either and admits nothing; only when every request was taken may requests that
+// arrive in between join at the start.
+void Scheduler::schedule_ahead() {
+  if (!o_.schedule_ahead || !eager_ || !c_.error.empty()) return;
+  scheduling_ahead_ = true;
+  resume_suspended(nullptr);
+  admit(nullptr);
+  scheduling_ahead_ = false;
+  ahead_blocked_ = running_.size() >= o_.max_batch || !suspended_.empty() || !admitting_.empty() ||
+                   !waiting_.empty();
+}
+
 void Scheduler::prefetch_ahead(uint64_t index, uint64_t& budget) {
   KvCache& cache = *h_.cache(index);
   if (!timed(kOpAdmitAhead, [&] { return cache.can_resume(); }).is_ok()) {

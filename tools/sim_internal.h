@@ -44,6 +44,7 @@ enum SimOp : uint8_t {
   kOpCommitAfter,  // --after-launch: the step's commits, frees and rebalancing, while the GPU
   kOpFreeAfter,    // computes it
   kOpAdjustAfter,
+  kOpScheduleAhead,  // --schedule-ahead: the next step's resumptions and admissions
   kSimOps
 };
 // Column names of --step-times.
@@ -60,7 +61,8 @@ inline constexpr const char* kSimOpKeys[kSimOps] = {"add_request",
                                                     "touch_ahead",
                                                     "commit_after_launch",
                                                     "free_after_launch",
-                                                    "rebalance_after_launch"};
+                                                    "rebalance_after_launch",
+                                                    "schedule_ahead"};
 inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)",
                                                      "resume",
                                                      "suspend",
@@ -74,7 +76,8 @@ inline constexpr const char* kSimOpNames[kSimOps] = {"add_request (hash, match)"
                                                      "touch_queued (while the GPU computes)",
                                                      "commit_at_snapshot after the launch",
                                                      "free_request after the launch",
-                                                     "rebalance after the launch"};
+                                                     "rebalance after the launch",
+                                                     "resumptions and admissions scheduled ahead"};
 
 // What a run counted.
 struct SimCounters {

@@ -72,7 +72,8 @@ bool Scheduler::may_resume(uint64_t index) {
 void Scheduler::join(Running r, uint64_t* budget) {
   const uint64_t index = r.index;
   r.fresh = true;
-  c_.most_joins = std::max(c_.most_joins, ++joins_);
+  uint64_t& joins = scheduling_ahead_ ? ahead_joins_ : joins_;  // ahead: the next step's
+  c_.most_joins = std::max(c_.most_joins, ++joins);
   running_.push_back(std::move(r));
   if (!budget) return;
   std::sort(running_.begin(), running_.end(), older);
@@ -353,10 +354,10 @@ bool Scheduler::tick() {
   if (finished_ >= reqs_.size() || !c_.error.empty()) return false;
   manager_us_ = 0;
   ops_us_ = {};
-  joins_ = 0;
+  joins_ = std::exchange(ahead_joins_, 0);
   const uint64_t switches = involuntary_switches();
   arrivals();
-  if (eager_) {
+  if (eager_ && !std::exchange(ahead_blocked_, false)) {
     resume_suspended(nullptr);
     admit(nullptr);
   }
@@ -375,6 +376,7 @@ bool Scheduler::tick() {
   evict_ahead();
   admit_ahead();
   touch_queued();
+  schedule_ahead();
   record_step();
   if (steps_without_progress_ >= kStuckSteps) c_.error = stuck_message();
   progress(false);

@@ -77,6 +77,7 @@ nlohmann::json settings_json(const SimOptions& o) {
           {"create_ahead", o.create_ahead},
           {"touch_queued", o.touch_queued},
           {"after_launch", o.after_launch},
+          {"schedule_ahead", o.schedule_ahead},
           {"step_ms", o.step_ms},
           {"typical_len", o.typical_len},
           {"rebalance", o.rebalance},
@@ -222,6 +223,7 @@ nlohmann::json to_json(const SimOptions& o, const ModelDescription& model, const
   j["evict_ahead_seconds"] = f.times.evict_total / 1e6;
   j["admit_ahead_seconds"] = f.times.admit_total / 1e6;
   j["touch_queued_seconds"] = f.times.touch_total / 1e6;
+  j["schedule_ahead_seconds"] = f.times.schedule_total / 1e6;
   j["after_launch_seconds"] = f.times.after_total / 1e6;
   j["after_launch_us_per_step_p99"] = f.times.after_p99;
   j["ahead_us_per_step_p99"] = f.times.ahead_p99;
@@ -361,6 +363,13 @@ void print_text(const SimOptions& o, const StoragePlan& plan, size_t requests, c
         "%.1f us per step; all work while the GPU computes p99 %.1f us per step (not in the "
         "step's time)\n",
         f.times.after_total / 1e6, f.times.after_p99, f.times.ahead_p99);
+  }
+  if (o.schedule_ahead) {
+    std::printf(
+        "schedule ahead      %.1f s in all (the next steps' resumptions and admissions, made "
+        "while the GPU computes the step before); all work ahead p99 %.1f us per step (not in "
+        "the step's time)\n",
+        f.times.schedule_total / 1e6, f.times.ahead_p99);
   }
   std::printf("prompt keys         hashed ahead, off the step: %.1f s in all\n",
               c.hash_ahead_us / 1e6);

@@ -66,8 +66,9 @@ class Scheduler {
     const auto t0 = Clock::now();
     auto r = fn();
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    if (op < kOpEvictAhead) manager_us_ += us;
-    ops_us_[op] += static_cast<float>(us);
+    const SimOp at = scheduling_ahead_ ? kOpScheduleAhead : op;
+    if (at < kOpEvictAhead) manager_us_ += us;
+    ops_us_[at] += static_cast<float>(us);
     return r;
   }
   void check(const Status& s, const char* what) {
@@ -102,6 +103,7 @@ class Scheduler {
   void evict_ahead();
   void admit_ahead();
   void touch_queued();
+  void schedule_ahead();
   void prefetch_ahead(uint64_t index, uint64_t& budget);
   void progress(bool last);
   std::string stuck_message() const;
@@ -128,7 +130,13 @@ class Scheduler {
   bool progressed_ = false;
   bool preempted_ = false;  // in this step
   uint64_t joins_ = 0;      // requests that joined in this step
-  bool eager_ = true;       // --admission eager
+  // --schedule-ahead: while it runs (its calls are timed as kOpScheduleAhead), the requests it
+  // joined to the next step, and whether it stopped with requests left that the next step's
+  // start could not take either (the cache is the same then): that start admits none.
+  bool scheduling_ahead_ = false;
+  uint64_t ahead_joins_ = 0;
+  bool ahead_blocked_ = false;
+  bool eager_ = true;  // --admission eager
   std::string last_refusal_;
   double manager_us_ = 0;
   uint64_t step_evictions_ = 0;  // by the step's own calls (before the work ahead)

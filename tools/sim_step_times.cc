@@ -65,6 +65,7 @@ StepTimes step_times(const SimCounters& c) {
     t.evict_total += ops[kOpEvictAhead];
     t.admit_total += ops[kOpAdmitAhead];
     t.touch_total += ops[kOpTouch];
+    t.schedule_total += ops[kOpScheduleAhead];
     t.after_total += after.back();
   }
   t.evict_p99 = percentile(evict, 990);

@@ -19,9 +19,10 @@ struct StepTimes {
   double max = 0;
   double over_slow = 0;  // share of steps over kSlowStepUs
   // Work while the GPU computes (off the steps' path): evict_ahead alone, and all of it
-  // (admit_ahead, touch_queued and the work after the launch too).
+  // (admit_ahead, touch_queued, the work after the launch and the scheduling ahead too).
   double evict_p99 = 0, evict_total = 0, admit_total = 0, touch_total = 0, ahead_p99 = 0;
   double after_total = 0, after_p99 = 0;  // --after-launch: commits, frees, rebalancing
+  double schedule_total = 0;  // --schedule-ahead: the next steps' resumptions and admissions
   // The steps at or above the p99: how many, and their time by call (SimOp).
   uint64_t slow_steps = 0;
   std::array<double, kSimOps> slow_ops_us{};
